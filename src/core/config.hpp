@@ -1,0 +1,109 @@
+#pragma once
+// The resolved input deck: every key of docs/deck.md with its type and default. The deck parser
+// (core/deck.hpp) fills it; everything else reads it. Defaults live here and only here.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+enum class ModelKind { mlp };
+enum class Activation { relu, gelu };
+enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> CE, targets -> MSE
+enum class OptimizerKind { sgd, adamw };
+enum class ScheduleKind { constant, cosine, step };
+enum class PipelineSchedule { gpipe, one_f_one_b };
+enum class AllreduceAlgorithm { mpi };
+
+struct RunConfig {
+  std::uint64_t seed = 1234;
+  std::string output_dir = "runs/default";
+  bool overwrite = false;   ///< allow replacing another run's outputs in output_dir
+  int blas_threads = 0;     ///< 0: cores on the node / ranks on the node, at least 1
+};
+
+struct DataConfig {
+  std::string path = "data/fashion-mnist.h5";
+  std::string train_split = "train";
+  std::string test_split = "test";
+  bool cache = false;  ///< read each split once per rank into memory instead of per batch
+};
+
+struct ModelConfig {
+  ModelKind kind = ModelKind::mlp;
+  std::vector<int> hidden = {512, 512};
+  Activation activation = Activation::relu;
+  LossKind loss = LossKind::automatic;
+};
+
+struct ParallelConfig {
+  int data = 0;  ///< 0: world size / (tensor * pipeline)
+  int tensor = 1;
+  int pipeline = 1;
+  int micro_batches = 1;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  int zero = 0;
+};
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::sgd;
+  double lr = 0.05;
+  double momentum = 0.9;       ///< sgd
+  bool nesterov = false;       ///< sgd
+  double weight_decay = 0.0;   ///< sgd: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9;          ///< adamw
+  double beta2 = 0.999;        ///< adamw
+  double eps = 1e-8;           ///< adamw
+  double clip_grad_norm = 0.0; ///< 0: no clipping
+};
+
+struct ScheduleConfig {
+  ScheduleKind kind = ScheduleKind::constant;
+  std::int64_t warmup_steps = 0;  ///< linear warm-up from 0 (all kinds)
+  double min_lr = 0.0;            ///< cosine: floor reached at the last step
+  std::int64_t step_size = 1000;  ///< step: multiply by gamma every step_size steps
+  double gamma = 0.1;             ///< step
+};
+
+struct TrainConfig {
+  int epochs = 10;
+  std::int64_t steps = 0;  ///< when > 0 it wins over epochs
+  int global_batch = 128;
+  int log_every = 50;
+  bool drop_last = true;   ///< drop the last partial global batch of an epoch
+};
+
+struct EvalConfig {
+  bool every_epoch = true;
+  std::int64_t every_steps = 0;  ///< 0: off
+  bool at_end = true;
+  int batch = 1000;              ///< samples per rank per evaluation batch
+};
+
+struct CheckpointConfig {
+  std::int64_t every_steps = 0;  ///< 0: only at the end
+  int keep = 3;                  ///< newest complete checkpoints kept; 0 keeps all
+  bool at_end = true;
+};
+
+struct CommConfig {
+  AllreduceAlgorithm allreduce = AllreduceAlgorithm::mpi;
+};
+
+struct Config {
+  RunConfig run;
+  DataConfig data;
+  ModelConfig model;
+  ParallelConfig parallel;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  CommConfig comm;
+
+  std::string deck_path;      ///< as given on the command line
+  std::string resolved_toml;  ///< every key with its final value, as TOML (stored in checkpoints)
+};
+
+}  // namespace tessera

@@ -1,0 +1,40 @@
+// One test main for every test executable, single- or multi-rank.
+// Starts MPI and Kokkos, lets only rank 0 print googletest's output, and makes the exit code the
+// same on every rank (any rank's failure fails all). --hang-rank N makes rank N wait in a loop so
+// a debugger can attach (set the variable `attached` to 1 to continue).
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--hang-rank") == 0 && std::atoi(argv[i + 1]) == rank) {
+      volatile int attached = 0;
+      std::fprintf(stderr, "rank %d waiting for a debugger: gdb -p %d\n", rank, getpid());
+      while (!attached) sleep(1);
+    }
+  }
+  int result = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    ::testing::InitGoogleTest(&argc, argv);
+    if (rank != 0) {
+      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+      delete listeners.Release(listeners.default_result_printer());
+    }
+    result = RUN_ALL_TESTS();
+  }
+  int worst = 0;
+  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (worst != 0 && result == 0 && rank == 0) std::fprintf(stderr, "another rank failed\n");
+  MPI_Finalize();
+  return worst;
+}
