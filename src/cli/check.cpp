@@ -1,0 +1,106 @@
+// tessera check: validate a deck without training; print it resolved, the process grid and a
+// per-rank memory estimate.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "comm/communicator.hpp"
+#include "core/error.hpp"
+#include "io/dataset.hpp"
+#include "train/sampler.hpp"
+#include "train/trainer.hpp"
+
+namespace tessera::cli {
+
+namespace {
+
+std::string megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
+
+// Which world ranks form each group of the grid rank = t + tp*(d + dp*p).
+void print_groups(const Config& cfg, int ranks) {
+  const int dp = cfg.parallel.data, tp = cfg.parallel.tensor, pp = cfg.parallel.pipeline;
+  auto rank_of = [&](int d, int t, int p) { return t + tp * (d + dp * p); };
+  std::cout << fmt::format("layout: data {} x tensor {} x pipeline {} = {} ranks, micro-batches {}, zero {}\n",
+                           dp, tp, pp, ranks, cfg.parallel.micro_batches, cfg.parallel.zero);
+  for (int p = 0; p < pp; ++p)
+    for (int t = 0; t < tp; ++t) {
+      std::vector<int> g;
+      for (int d = 0; d < dp; ++d) g.push_back(rank_of(d, t, p));
+      std::cout << fmt::format("  data group (t={},p={}): ranks [{}]\n", t, p, fmt::join(g, ","));
+    }
+  for (int p = 0; p < pp; ++p)
+    for (int d = 0; d < dp; ++d) {
+      std::vector<int> g;
+      for (int t = 0; t < tp; ++t) g.push_back(rank_of(d, t, p));
+      std::cout << fmt::format("  tensor group (d={},p={}): ranks [{}]\n", d, p, fmt::join(g, ","));
+    }
+  for (int d = 0; d < dp; ++d)
+    for (int t = 0; t < tp; ++t) {
+      std::vector<int> g;
+      for (int p = 0; p < pp; ++p) g.push_back(rank_of(d, t, p));
+      std::cout << fmt::format("  pipeline group (d={},t={}): ranks [{}]\n", d, t, fmt::join(g, ","));
+    }
+}
+
+void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t train_samples) {
+  std::vector<std::int64_t> widths{shape.in_features};
+  for (int h : cfg.model.hidden) widths.push_back(h);
+  widths.push_back(shape.outputs);
+  std::int64_t params = 0;
+  for (std::size_t i = 0; i + 1 < widths.size(); ++i) params += widths[i] * widths[i + 1] + widths[i + 1];
+  const int states = cfg.optimizer.kind == OptimizerKind::adamw ? 2 : (cfg.optimizer.momentum > 0 ? 1 : 0);
+  const std::int64_t micro = (cfg.train.global_batch + cfg.parallel.data * cfg.parallel.micro_batches - 1) /
+                             (cfg.parallel.data * cfg.parallel.micro_batches);
+  const std::int64_t rows = std::max<std::int64_t>(micro, cfg.eval.batch);
+  // Each layer keeps its output before and after the activation, plus the loss gradient and
+  // two gradient scratch buffers of the widest layer; the input batch is staged once.
+  std::int64_t act = 0, widest = 0;
+  for (std::size_t i = 1; i < widths.size(); ++i) { act += 2 * widths[i]; widest = std::max(widest, widths[i]); }
+  act = rows * (act + shape.outputs + 2 * widest);
+  const double p = 4.0 * static_cast<double>(params), o = p * states,
+               a = 4.0 * static_cast<double>(act), d = 4.0 * static_cast<double>(micro * shape.in_features);
+  std::cout << fmt::format("model: mlp {}-{}-{}, {} parameters; {} steps per epoch\n", shape.in_features,
+                           fmt::join(cfg.model.hidden, "-"), shape.outputs, params,
+                           cfg.train.drop_last ? train_samples / cfg.train.global_batch
+                                               : (train_samples + cfg.train.global_batch - 1) / cfg.train.global_batch);
+  std::cout << fmt::format("memory per rank (estimate): parameters {}, gradients {}, optimizer state {}, "
+                           "activations {} (micro-batch {}, eval batch {}), input batch {}, total {}\n",
+                           megabytes(p), megabytes(p), megabytes(o), megabytes(a), micro, cfg.eval.batch,
+                           megabytes(d), megabytes(2 * p + o + a + d));
+}
+
+}  // namespace
+
+int check(const DeckArgs& args, int ranks) {
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int n = ranks > 0 ? ranks : size;
+  const Config cfg = load_config(args, n);
+  // The data: rank 0 opens it alone (the grid being checked need not be this run's).
+  std::string error;
+  if (rank == 0) {
+    try {
+      io::SupervisedSplit train(MPI_COMM_SELF, cfg.data.path, cfg.data.train_split, false);
+      const ModelShape shape = model_shape(cfg, train.info());
+      std::cout << "# resolved deck\n" << cfg.resolved_toml << "\n";
+      print_groups(cfg, n);
+      std::cout << fmt::format("data: {} /{}: {} samples of {} features, {}\n", cfg.data.path,
+                               cfg.data.train_split, train.info().samples, train.info().features,
+                               shape.classification ? fmt::format("{} classes", shape.outputs)
+                                                    : fmt::format("{} targets", shape.outputs));
+      print_estimate(cfg, shape, train.info().samples);
+      std::cout << fmt::format("deck {} is valid for {} ranks\n", cfg.deck_path, n);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+  }
+  agree(MPI_COMM_WORLD, error);
+  return 0;
+}
+
+}  // namespace tessera::cli

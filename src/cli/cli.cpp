@@ -1,0 +1,91 @@
+#include "cli/cli.hpp"
+
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+
+namespace tessera::cli {
+
+namespace {
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int fail(const std::string& message, ExitCode code) {
+  if (world_rank() == 0) std::fprintf(stderr, "tessera: error: %s\n", message.c_str());
+  return static_cast<int>(code);
+}
+
+void add_deck(CLI::App* cmd, DeckArgs& a) {
+  cmd->add_option("deck", a.deck, "input deck (TOML)")->required();
+  cmd->add_option("--set", a.overrides, "override a deck key: section.key=value (repeatable)");
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  CLI::App app{"tessera: distributed neural-network training on MPI + Kokkos + parallel HDF5"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION);
+
+  DeckArgs deck;
+  std::string resume = "none", checkpoint, out, source = "/usr/share/datasets/fashion-mnist";
+  int ranks = 0;
+
+  auto* train_cmd = app.add_subcommand("train", "train the model of a deck");
+  add_deck(train_cmd, deck);
+  train_cmd->add_option("--resume", resume, "auto | none | PATH of a checkpoint");
+
+  auto* check_cmd = app.add_subcommand("check", "validate a deck; print it resolved, the layout and memory");
+  add_deck(check_cmd, deck);
+  check_cmd->add_option("--ranks", ranks, "rank count to check the layout for (default: this run's)");
+
+  auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint on the deck's test split");
+  add_deck(eval_cmd, deck);
+  eval_cmd->add_option("--checkpoint", checkpoint, "checkpoint file")->required();
+
+  auto* prepare_cmd = app.add_subcommand("prepare", "convert a dataset to Tessera's HDF5 layout");
+  prepare_cmd->require_subcommand(1);
+  auto* fmnist_cmd = prepare_cmd->add_subcommand("fashion-mnist", "Fashion-MNIST IDX files to HDF5");
+  fmnist_cmd->add_option("--out", out, "output HDF5 file")->required();
+  fmnist_cmd->add_option("--source", source, "folder of the IDX files")->capture_default_str();
+
+  auto* inspect_cmd = app.add_subcommand("inspect", "print a checkpoint's attributes and tensors");
+  inspect_cmd->add_option("checkpoint", checkpoint, "checkpoint file")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return world_rank() == 0 ? app.exit(e) : 0;
+  } catch (const CLI::ParseError& e) {
+    return fail(e.what() + std::string(" (see tessera --help)"), ExitCode::bad_input);
+  }
+
+  try {
+    if (*train_cmd) return train(deck, resume);
+    if (*check_cmd) return check(deck, ranks);
+    if (*eval_cmd) return eval(deck, checkpoint);
+    if (*fmnist_cmd) return prepare_fashion_mnist(out, source);
+    if (*inspect_cmd) return inspect(checkpoint);
+  } catch (const InputError& e) {
+    return fail(e.what(), ExitCode::bad_input);
+  } catch (const NumericError& e) {
+    return fail(e.what(), ExitCode::numerical);
+  } catch (const std::exception& e) {
+    // A local failure: the other ranks may be inside a collective, so end the whole job.
+    std::fprintf(stderr, "tessera: rank %d: internal error: %s\n", world_rank(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::failure));
+  }
+  return 0;
+}
+
+}  // namespace tessera::cli

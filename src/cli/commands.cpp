@@ -1,0 +1,107 @@
+// train, eval, prepare and inspect. (check is in check.cpp.)
+#include "cli/commands.hpp"
+
+#include <fmt/format.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <iostream>
+#include <thread>
+
+#include "blas/gemm.hpp"
+#include "comm/communicator.hpp"
+#include "core/deck.hpp"
+#include "core/error.hpp"
+#include "io/inspect.hpp"
+#include "io/prepare.hpp"
+#include "train/checkpointer.hpp"
+#include "train/trainer.hpp"
+
+namespace tessera::cli {
+
+namespace {
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// BLAS threads: run.blas_threads, or the cores this rank may use shared among its node's ranks.
+void set_blas_threads(const Config& cfg, const Communicator& comm) {
+  int threads = cfg.run.blas_threads;
+  if (threads == 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, std::min(allowed, cores / comm.ranks_on_node()));
+  }
+  blas::set_threads(threads);
+}
+
+}  // namespace
+
+Config load_config(const DeckArgs& args, int ranks) {
+  Config cfg = load_deck(args.deck, args.overrides);
+  resolve_layout(cfg, ranks);
+  return cfg;
+}
+
+int train(const DeckArgs& args, const std::string& resume) {
+  const Config cfg = load_config(args, world_size());
+  const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline);
+  set_blas_threads(cfg, comm);
+  Trainer trainer(cfg, comm, ResumeRequest::parse(resume));
+  trainer.run();
+  return 0;
+}
+
+int eval(const DeckArgs& args, const std::string& checkpoint) {
+  const Config cfg = load_config(args, world_size());
+  const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline);
+  set_blas_threads(cfg, comm);
+  io::SupervisedSplit test(comm.handle(Group::data), cfg.data.path, cfg.data.test_split, cfg.data.cache);
+  Model model(cfg, model_shape(cfg, test.info()), cfg.eval.batch);
+  Checkpointer(cfg, comm).load_model(checkpoint, model);
+  const EvalResult e = evaluate(cfg, comm, model, test);
+  if (comm.is_root())
+    std::cout << fmt::format("eval {} on {} /{}: test loss {:.6f}{} ({} samples)\n", checkpoint,
+                             cfg.data.path, cfg.data.test_split, e.loss,
+                             std::isnan(e.accuracy) ? std::string() : fmt::format(" accuracy {:.4f}", e.accuracy),
+                             e.samples);
+  return 0;
+}
+
+int prepare_fashion_mnist(const std::string& out, const std::string& source) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string error;
+  if (rank == 0) {
+    try {
+      io::prepare_fashion_mnist(source, out);
+      std::cout << fmt::format("wrote {} from {}\n", out, source);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+  }
+  agree(MPI_COMM_WORLD, error);
+  return 0;
+}
+
+int inspect(const std::string& checkpoint) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string error;
+  if (rank == 0) {
+    try {
+      io::inspect_checkpoint(checkpoint, std::cout);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+  }
+  agree(MPI_COMM_WORLD, error);
+  return 0;
+}
+
+}  // namespace tessera::cli

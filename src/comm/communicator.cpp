@@ -1,0 +1,125 @@
+#include "comm/communicator.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <stdexcept>
+
+#include "core/error.hpp"
+
+namespace tessera {
+
+namespace {
+// MPI counts are int; split larger buffers so 2^31 elements and beyond still work.
+constexpr std::size_t max_chunk = static_cast<std::size_t>(INT_MAX);
+
+template <class T>
+void allreduce_chunked(T* data, std::size_t n, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t count = std::min(max_chunk, n - done);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + done, static_cast<int>(count), type, op, comm));
+    done += count;
+  }
+}
+}  // namespace
+
+Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp) : dp_(dp), tp_(tp), pp_(pp) {
+  MPI_CHECK(MPI_Comm_dup(world, &world_));
+  MPI_CHECK(MPI_Comm_rank(world_, &world_rank_));
+  MPI_CHECK(MPI_Comm_size(world_, &world_size_));
+  if (dp * tp * pp != world_size_)
+    throw std::logic_error(fmt::format("Communicator: dp*tp*pp = {} but world has {} ranks",
+                                       dp * tp * pp, world_size_));
+  // rank = t + tp*(d + dp*p)
+  coord_.tensor = world_rank_ % tp_;
+  coord_.data = (world_rank_ / tp_) % dp_;
+  coord_.pipeline = world_rank_ / (tp_ * dp_);
+  const int d = coord_.data, t = coord_.tensor, p = coord_.pipeline;
+  // Colour by what the group members share; key by the coordinate that varies inside it.
+  MPI_CHECK(MPI_Comm_split(world_, d + dp_ * p, t, &tensor_));
+  MPI_CHECK(MPI_Comm_split(world_, t + tp_ * p, d, &data_));
+  MPI_CHECK(MPI_Comm_split(world_, t + tp_ * d, p, &pipeline_));
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_size(node, &node_size_));
+  MPI_CHECK(MPI_Comm_free(&node));
+}
+
+Communicator::~Communicator() {
+  for (MPI_Comm* c : {&data_, &tensor_, &pipeline_, &world_})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+}
+
+MPI_Comm Communicator::handle(Group g) const {
+  switch (g) {
+    case Group::world: return world_;
+    case Group::data: return data_;
+    case Group::tensor: return tensor_;
+    case Group::pipeline: return pipeline_;
+  }
+  return world_;
+}
+
+int Communicator::rank(Group g) const {
+  switch (g) {
+    case Group::world: return world_rank_;
+    case Group::data: return coord_.data;
+    case Group::tensor: return coord_.tensor;
+    case Group::pipeline: return coord_.pipeline;
+  }
+  return world_rank_;
+}
+
+int Communicator::size(Group g) const {
+  switch (g) {
+    case Group::world: return world_size_;
+    case Group::data: return dp_;
+    case Group::tensor: return tp_;
+    case Group::pipeline: return pp_;
+  }
+  return world_size_;
+}
+
+std::string Communicator::layout(int zero) const {
+  return fmt::format("dp={},tp={},pp={},zero={}", dp_, tp_, pp_, zero);
+}
+
+void Communicator::allreduce_sum(float* data, std::size_t n, Group g) const {
+  if (size(g) > 1) allreduce_chunked(data, n, MPI_FLOAT, MPI_SUM, handle(g));
+}
+
+void Communicator::allreduce_sum(double* data, std::size_t n, Group g) const {
+  if (size(g) > 1) allreduce_chunked(data, n, MPI_DOUBLE, MPI_SUM, handle(g));
+}
+
+void Communicator::allreduce_max(double* data, std::size_t n, Group g) const {
+  if (size(g) > 1) allreduce_chunked(data, n, MPI_DOUBLE, MPI_MAX, handle(g));
+}
+
+void Communicator::broadcast(std::string& s, int root, Group g) const {
+  if (size(g) == 1) return;
+  unsigned long long len = s.size();
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, root, handle(g)));
+  s.resize(len);
+  if (len > 0) MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(len), MPI_CHAR, root, handle(g)));
+}
+
+void Communicator::barrier(Group g) const { MPI_CHECK(MPI_Barrier(handle(g))); }
+
+void agree(MPI_Comm comm, const std::string& local_error) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  // Lowest failing rank, or size if none failed.
+  int mine = local_error.empty() ? size : rank, first = size;
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == size) return;
+  std::string message = local_error;
+  unsigned long long len = message.size();
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, first, comm));
+  message.resize(len);
+  MPI_CHECK(MPI_Bcast(message.data(), static_cast<int>(len), MPI_CHAR, first, comm));
+  throw InputError(message);
+}
+
+}  // namespace tessera

@@ -1,0 +1,73 @@
+#pragma once
+// The one communicator API of Tessera: every byte between ranks goes through here (parallel HDF5
+// takes the raw MPI_Comm handles this class owns).
+//
+// Process grid (DESIGN.md): world = data x pipeline x tensor, rank = t + tp*(d + dp*p). Each rank
+// owns three sub-communicators: tensor (same d,p), data (same t,p), pipeline (same t,d).
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_check.hpp"
+
+namespace tessera {
+
+enum class Group { world, data, tensor, pipeline };
+
+/// Coordinates of one rank in the grid.
+struct GridCoord {
+  int data = 0;
+  int tensor = 0;
+  int pipeline = 0;
+};
+
+class Communicator {
+ public:
+  /// \brief Builds the grid over `world`; collective over world. dp*tp*pp must equal its size.
+  Communicator(MPI_Comm world, int dp, int tp, int pp);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank(Group g = Group::world) const;
+  int size(Group g = Group::world) const;
+  MPI_Comm handle(Group g = Group::world) const;
+  bool is_root() const { return world_rank_ == 0; }
+  GridCoord coord() const { return coord_; }
+  int dp() const { return dp_; }
+  int tp() const { return tp_; }
+  int pp() const { return pp_; }
+
+  /// Number of world ranks on this rank's node (shared-memory domain).
+  int ranks_on_node() const { return node_size_; }
+  /// World rank of grid coordinate (d, t, p).
+  int world_rank_of(int d, int t, int p) const { return t + tp_ * (d + dp_ * p); }
+  /// "dp=2,tp=1,pp=1" plus the ZeRO stage, as stored in checkpoints.
+  std::string layout(int zero) const;
+
+  /// \brief Sums `n` values in place over group g. Must be called on every rank of the group.
+  void allreduce_sum(float* data, std::size_t n, Group g) const;
+  void allreduce_sum(double* data, std::size_t n, Group g) const;
+  /// \brief Maximum over group g, in place. Collective over the group.
+  void allreduce_max(double* data, std::size_t n, Group g) const;
+  /// \brief Broadcasts a string from `root` of group g. Collective over the group.
+  void broadcast(std::string& s, int root, Group g) const;
+  void barrier(Group g = Group::world) const;
+
+ private:
+  int world_rank_ = 0, world_size_ = 1, node_size_ = 1;
+  int dp_ = 1, tp_ = 1, pp_ = 1;
+  GridCoord coord_;
+  MPI_Comm world_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, tensor_ = MPI_COMM_NULL,
+           pipeline_ = MPI_COMM_NULL;
+};
+
+/// \brief Turns an error some ranks saw into one every rank throws. Collective over comm: each
+/// rank passes its local error text (empty if none); if any is non-empty, every rank throws
+/// InputError with the text of the lowest failing rank. Call where only some ranks may fail
+/// (opening a file, reading a directory), so no rank walks into the next collective alone.
+void agree(MPI_Comm comm, const std::string& local_error);
+
+}  // namespace tessera

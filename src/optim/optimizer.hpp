@@ -1,0 +1,38 @@
+#pragma once
+// Optimizers over the flat parameter buffer: one kernel per step for the whole model.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "kernels/views.hpp"
+
+namespace tessera {
+
+class Optimizer {
+ public:
+  /// \param n number of elements of the flat parameter buffer.
+  Optimizer(const OptimizerConfig& cfg, std::size_t n);
+
+  /// \brief One update of params from grads at learning rate lr; counts the step.
+  void step(const ExecSpace& exec, Vector<float> params, Vector<float> grads, double lr);
+
+  std::int64_t steps() const { return steps_; }
+  void set_steps(std::int64_t s) { steps_ = s; }
+  /// "sgd" or "adamw", as stored in checkpoints.
+  std::string kind_name() const;
+  /// Names of the per-element state buffers: {"momentum"} for SGD with momentum,
+  /// {"exp_avg", "exp_avg_sq"} for AdamW, none for plain SGD.
+  const std::vector<std::string>& state_names() const { return names_; }
+  Vector<float> state(std::size_t i) const { return states_[i]; }
+  /// Bytes of optimizer state on this rank.
+  std::size_t state_bytes() const;
+
+ private:
+  OptimizerConfig cfg_;
+  std::int64_t steps_ = 0;
+  std::vector<std::string> names_;
+  std::vector<Vector<float>> states_;
+};
+
+}  // namespace tessera

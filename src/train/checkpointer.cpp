@@ -1,0 +1,224 @@
+#include "train/checkpointer.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "core/error.hpp"
+#include "io/checkpoint_file.hpp"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t format_version = 1;
+
+std::string iso8601_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::vector<std::uint64_t> to_u64(const std::vector<std::int64_t>& v) {
+  return {v.begin(), v.end()};
+}
+
+// The rows [begin, end) of a tensor with `rows` rows that world rank r of n writes.
+std::pair<std::uint64_t, std::uint64_t> owned_rows(std::uint64_t rows, int r, int n) {
+  const std::uint64_t q = rows / static_cast<std::uint64_t>(n), extra = rows % static_cast<std::uint64_t>(n);
+  const auto ur = static_cast<std::uint64_t>(r);
+  const std::uint64_t begin = ur * q + std::min(ur, extra);
+  return {begin, begin + q + (ur < extra ? 1 : 0)};
+}
+
+// The slab of a parameter-shaped tensor that this rank writes: a contiguous range of rows.
+io::TensorSlab owned_slab(const std::string& path, const std::vector<std::int64_t>& shape,
+                          const float* base, int rank, int ranks) {
+  io::TensorSlab slab;
+  slab.path = path;
+  slab.shape = to_u64(shape);
+  std::uint64_t row_len = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) row_len *= static_cast<std::uint64_t>(shape[i]);
+  const auto [begin, end] = owned_rows(slab.shape[0], rank, ranks);
+  slab.offset.assign(shape.size(), 0);
+  slab.count = slab.shape;
+  slab.offset[0] = begin;
+  slab.count[0] = end - begin;
+  slab.data = base + begin * row_len;
+  return slab;
+}
+
+std::int64_t step_of(const fs::path& p) {
+  static const std::regex re(R"(step_(\d{8})\.h5)");
+  std::smatch m;
+  const std::string name = p.filename().string();
+  return std::regex_match(name, m, re) ? std::stoll(m[1]) : -1;
+}
+
+template <class T>
+T attr_as(const std::map<std::string, io::Attr>& attrs, const std::string& key,
+          const std::string& file) {
+  const auto it = attrs.find(key);
+  if (it == attrs.end() || !std::holds_alternative<T>(it->second))
+    throw InputError(fmt::format("{}: checkpoint attribute '{}' is missing or has the wrong type",
+                                 file, key));
+  return std::get<T>(it->second);
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Config& cfg, const Communicator& comm)
+    : cfg_(cfg), comm_(comm), dir_((fs::path(cfg.run.output_dir) / "checkpoints").string()) {}
+
+std::string Checkpointer::find_latest() const {
+  std::string found, error;
+  if (comm_.is_root()) {
+    const fs::path latest = fs::path(dir_) / "latest";
+    std::ifstream in(latest);
+    std::string name;
+    if (in && std::getline(in, name) && !name.empty()) {
+      const fs::path file = fs::path(dir_) / name;
+      if (fs::exists(file))
+        found = file.string();
+      else
+        error = fmt::format("{}: names {}, which does not exist", latest.string(), name);
+    }
+  }
+  agree(comm_.handle(), error);
+  comm_.broadcast(found, 0, Group::world);
+  return found;
+}
+
+std::string Checkpointer::save(const Model& model, const Optimizer& opt,
+                               const TrainState& state) const {
+  const auto& store = model.params();
+  // Host copies at the I/O boundary.
+  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), store.values());
+  std::vector<decltype(h_values)> h_states;
+  for (std::size_t i = 0; i < opt.state_names().size(); ++i)
+    h_states.push_back(Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)));
+
+  io::CheckpointContent c;
+  c.root_attrs = {
+      {"step", state.step},
+      {"epoch", state.epoch},
+      {"samples_seen", state.samples_seen},
+      {"seed", static_cast<std::int64_t>(cfg_.run.seed)},
+      {"layout", comm_.layout(cfg_.parallel.zero)},
+      {"deck", cfg_.resolved_toml},
+      {"created", iso8601_now()},
+      {"tessera_version", std::string(TESSERA_VERSION)},
+      {"format_version", format_version},
+  };
+  c.group_attrs["optimizer"] = {{"kind", opt.kind_name()}, {"step", opt.steps()}};
+  c.group_attrs["train"] = {{"step", state.step},
+                            {"epoch", state.epoch},
+                            {"batch_in_epoch", state.batch_in_epoch},
+                            {"samples_seen", state.samples_seen}};
+  const int rank = comm_.rank(), ranks = comm_.size();
+  for (const auto& p : store.infos()) {
+    c.tensors.push_back(owned_slab("model/" + p.name, p.shape, h_values.data() + p.offset, rank, ranks));
+    for (std::size_t i = 0; i < h_states.size(); ++i)
+      c.tensors.push_back(owned_slab("optimizer/" + p.name + "/" + opt.state_names()[i], p.shape,
+                                     h_states[i].data() + p.offset, rank, ranks));
+  }
+
+  const fs::path path = fs::path(dir_) / fmt::format("step_{:08}.h5", state.step);
+  io::write_checkpoint(comm_.handle(), path.string(), c);
+
+  // Point `latest` at it (write and rename, so `latest` is never half-written), then prune.
+  if (comm_.is_root()) {
+    const fs::path tmp = fs::path(dir_) / "latest.tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << path.filename().string() << '\n';
+    }
+    fs::rename(tmp, fs::path(dir_) / "latest");
+    if (cfg_.checkpoint.keep > 0) {
+      std::vector<fs::path> all;
+      for (const auto& e : fs::directory_iterator(dir_))
+        if (step_of(e.path()) >= 0) all.push_back(e.path());
+      std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return step_of(a) > step_of(b); });
+      for (std::size_t i = static_cast<std::size_t>(cfg_.checkpoint.keep); i < all.size(); ++i)
+        fs::remove(all[i]);
+    }
+  }
+  comm_.barrier();
+  return path.string();
+}
+
+void Checkpointer::load_model(const std::string& path, Model& model) const {
+  io::CheckpointFile file(comm_.handle(), path);
+  auto& store = model.params();
+  // The checkpoint must hold exactly the deck's tensors with the deck's shapes.
+  const auto names = file.list("model");
+  for (const auto& p : store.infos()) {
+    const std::string ds = "model/" + p.name;
+    if (!file.has(ds))
+      throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} is "
+                                   "missing", path, ds));
+    const auto shape = file.shape(ds);
+    if (shape != to_u64(p.shape))
+      throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} has "
+                                   "shape [{}] but the model needs [{}]",
+                                   path, ds, fmt::join(shape, ","), fmt::join(p.shape, ",")));
+  }
+  for (const auto& n : names) {
+    const bool known = std::any_of(store.infos().begin(), store.infos().end(),
+                                   [&](const auto& p) { return "model/" + p.name == n; });
+    if (!known)
+      throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} is not "
+                                   "part of the model", path, n));
+  }
+  auto h_values = Kokkos::create_mirror_view(store.values());
+  for (const auto& p : store.infos()) {
+    const auto shape = to_u64(p.shape);
+    const std::vector<std::uint64_t> offset(shape.size(), 0);
+    file.read("model/" + p.name, offset, shape, h_values.data() + p.offset);
+  }
+  Kokkos::deep_copy(store.values(), h_values);
+}
+
+TrainState Checkpointer::load(const std::string& path, Model& model, Optimizer& opt) const {
+  load_model(path, model);
+  io::CheckpointFile file(comm_.handle(), path);
+  const auto oattrs = file.group_attrs("optimizer");
+  const auto kind = attr_as<std::string>(oattrs, "kind", path);
+  if (kind != opt.kind_name())
+    throw InputError(fmt::format("{}: checkpoint holds {} optimizer state but optimizer.kind = "
+                                 "\"{}\"", path, kind, opt.kind_name()));
+  const auto& store = model.params();
+  for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
+    auto h_state = Kokkos::create_mirror_view(opt.state(i));
+    for (const auto& p : store.infos()) {
+      const std::string ds = "optimizer/" + p.name + "/" + opt.state_names()[i];
+      if (!file.has(ds))
+        throw InputError(fmt::format("{}: checkpoint lacks optimizer state {}", path, ds));
+      const auto shape = to_u64(p.shape);
+      const std::vector<std::uint64_t> offset(shape.size(), 0);
+      file.read(ds, offset, shape, h_state.data() + p.offset);
+    }
+    Kokkos::deep_copy(opt.state(i), h_state);
+  }
+  opt.set_steps(attr_as<std::int64_t>(oattrs, "step", path));
+  const auto t = file.group_attrs("train");
+  TrainState s;
+  s.step = attr_as<std::int64_t>(t, "step", path);
+  s.epoch = attr_as<std::int64_t>(t, "epoch", path);
+  s.batch_in_epoch = attr_as<std::int64_t>(t, "batch_in_epoch", path);
+  s.samples_seen = attr_as<std::int64_t>(t, "samples_seen", path);
+  return s;
+}
+
+}  // namespace tessera

@@ -1,0 +1,52 @@
+#pragma once
+// Checkpoints of a run (DESIGN.md "Checkpoints"): <output_dir>/checkpoints/step_<8 digits>.h5,
+// written collectively as a temporary file and renamed, `latest` naming the newest complete one,
+// the newest `keep` kept. Model tensors and optimizer state are stored in their logical shapes;
+// each rank writes the rows it owns, so no element is written twice.
+#include <cstdint>
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "core/config.hpp"
+#include "optim/optimizer.hpp"
+#include "train/model.hpp"
+
+namespace tessera {
+
+/// Where training stands; everything else (data order, learning rate) derives from it.
+struct TrainState {
+  std::int64_t step = 0;            ///< optimizer steps done
+  std::int64_t epoch = 0;           ///< epoch of the next batch
+  std::int64_t batch_in_epoch = 0;  ///< index of the next global batch in its epoch
+  std::int64_t samples_seen = 0;
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(const Config& cfg, const Communicator& comm);
+
+  /// <output_dir>/checkpoints
+  const std::string& dir() const { return dir_; }
+  /// \brief Path of the newest complete checkpoint named by `latest`, or "" if none.
+  /// Collective over world (rank 0 looks, everyone learns the answer).
+  std::string find_latest() const;
+
+  /// \brief Writes step_<step>.h5, updates `latest` and drops checkpoints beyond `keep`.
+  /// Collective over world. Returns the path written.
+  std::string save(const Model& model, const Optimizer& opt, const TrainState& state) const;
+
+  /// \brief Loads parameters and optimizer state from `path` into model and opt; collective.
+  /// Throws InputError naming the first tensor that does not fit the model, or the optimizer
+  /// kind when it differs from the deck's.
+  TrainState load(const std::string& path, Model& model, Optimizer& opt) const;
+
+  /// \brief Loads only the parameters (evaluation). Collective.
+  void load_model(const std::string& path, Model& model) const;
+
+ private:
+  const Config& cfg_;
+  const Communicator& comm_;
+  std::string dir_;
+};
+
+}  // namespace tessera

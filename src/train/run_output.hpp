@@ -1,0 +1,48 @@
+#pragma once
+// What a run writes into run.output_dir (DESIGN.md "Command line"): log.txt (what rank 0
+// printed), metrics.csv (one row per logged step and per evaluation) and summary.json.
+// Only rank 0 writes; every method is a no-op elsewhere, so callers need no rank checks.
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera {
+
+/// One row of metrics.csv.
+struct MetricsRow {
+  std::string kind;  ///< "train" or "eval"
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  double loss = 0.0;
+  std::optional<double> lr, grad_norm, samples_per_s, accuracy;
+  double wall_s = 0.0;
+  // Step-time split (train rows): seconds per step over the logging interval.
+  std::optional<double> t_data, t_forward, t_backward, t_allreduce, t_optimizer;
+};
+
+class RunOutput {
+ public:
+  /// \param writer true on the one rank that writes (world rank 0).
+  /// \param resume_step when continuing a run: metrics.csv keeps its rows up to this step and
+  ///        log.txt is appended to; otherwise both start empty.
+  RunOutput(bool writer, const std::string& dir, std::optional<std::int64_t> resume_step);
+
+  /// Prints a line on stdout and appends it to log.txt.
+  void log(const std::string& line);
+  void metrics(const MetricsRow& row);
+  /// Writes summary.json atomically (temporary file, then rename).
+  void summary(const nlohmann::json& j);
+
+ private:
+  bool writer_;
+  std::string dir_;
+  std::ofstream log_, csv_;
+};
+
+/// \brief Seconds as "1h02m", "3m05s" or "42s" for ETA lines.
+std::string format_duration(double seconds);
+
+}  // namespace tessera

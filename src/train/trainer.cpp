@@ -1,0 +1,408 @@
+#include "train/trainer.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "kernels/reduce.hpp"
+#include "optim/schedule.hpp"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr bool host_accessible = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+const char* run_files[] = {"summary.json", "metrics.csv", "log.txt"};
+
+bool eval_enabled(const EvalConfig& e) { return e.every_epoch || e.every_steps > 0 || e.at_end; }
+
+// Reads `indices` of a split into device buffers; collective over the split's communicator.
+// Host staging is skipped where device memory is host-accessible.
+struct Batch {
+  MatrixU<const float> x;
+  VectorU<const std::int32_t> labels;
+  MatrixU<const float> targets;
+};
+
+Batch load_batch(io::SupervisedSplit& split, std::span<const std::int64_t> indices,
+                 std::vector<float>& h_x, std::vector<std::int32_t>& h_y, std::vector<float>& h_t,
+                 Matrix<float>& x, Vector<std::int32_t>& y, Matrix<float>& t) {
+  const auto& info = split.info();
+  const auto n = indices.size();
+  float* px = host_accessible ? x.data() : h_x.data();
+  std::int32_t* py = info.has_labels ? (host_accessible ? y.data() : h_y.data()) : nullptr;
+  float* pt = info.has_labels ? nullptr : (host_accessible ? t.data() : h_t.data());
+  split.read(indices, px, py, pt);
+  if constexpr (!host_accessible) {
+    const auto f = static_cast<std::size_t>(info.features);
+    Kokkos::deep_copy(Kokkos::subview(x, std::make_pair<std::size_t>(0, n), Kokkos::ALL),
+                      MatrixU<float, HostSpace>(h_x.data(), n, f));
+    if (py) Kokkos::deep_copy(Kokkos::subview(y, std::make_pair<std::size_t>(0, n)),
+                              VectorU<std::int32_t, HostSpace>(h_y.data(), n));
+    if (pt) Kokkos::deep_copy(Kokkos::subview(t, std::make_pair<std::size_t>(0, n), Kokkos::ALL),
+                              MatrixU<float, HostSpace>(h_t.data(), n, t.extent(1)));
+  }
+  Batch b;
+  b.x = MatrixU<const float>(x.data(), n, x.extent(1));
+  if (info.has_labels) b.labels = VectorU<const std::int32_t>(y.data(), n);
+  else b.targets = MatrixU<const float>(t.data(), n, t.extent(1));
+  return b;
+}
+
+void allocate_batch(const io::SplitInfo& info, std::size_t rows, std::vector<float>& h_x,
+                    std::vector<std::int32_t>& h_y, std::vector<float>& h_t, Matrix<float>& x,
+                    Vector<std::int32_t>& y, Matrix<float>& t) {
+  const auto f = static_cast<std::size_t>(info.features);
+  const auto w = static_cast<std::size_t>(std::max<std::int64_t>(1, info.target_width));
+  x = Matrix<float>("Trainer::inputs", rows, f);
+  y = Vector<std::int32_t>("Trainer::labels", info.has_labels ? rows : 0);
+  t = Matrix<float>("Trainer::targets", info.has_labels ? 0 : rows, w);
+  if (!host_accessible) {
+    h_x.resize(rows * f);
+    h_y.resize(info.has_labels ? rows : 0);
+    h_t.resize(info.has_labels ? 0 : rows * w);
+  }
+}
+
+}  // namespace
+
+ResumeRequest ResumeRequest::parse(const std::string& text) {
+  ResumeRequest r;
+  if (text.empty() || text == "none") r.mode = Mode::none;
+  else if (text == "auto") r.mode = Mode::automatic;
+  else { r.mode = Mode::path; r.path = text; }
+  return r;
+}
+
+ModelShape model_shape(const Config& cfg, const io::SplitInfo& info) {
+  ModelShape s;
+  s.in_features = info.features;
+  s.classification = info.has_labels;
+  s.outputs = info.has_labels ? info.classes : info.target_width;
+  if (cfg.model.loss == LossKind::cross_entropy && !info.has_labels)
+    throw InputError(fmt::format("model.loss = \"cross_entropy\" needs integer labels, but {} "
+                                 "/{} holds float targets; use model.loss = \"mse\" or \"auto\"",
+                                 info.file, info.split));
+  if (cfg.model.loss == LossKind::mse && info.has_labels)
+    throw InputError(fmt::format("model.loss = \"mse\" needs float targets, but {} /{} holds "
+                                 "class labels; use model.loss = \"cross_entropy\" or \"auto\"",
+                                 info.file, info.split));
+  return s;
+}
+
+EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
+                    io::SupervisedSplit& split) {
+  ScopedRegion region("tessera::evaluate");
+  const ExecSpace exec;
+  const auto& info = split.info();
+  const int dp = comm.size(Group::data), r = comm.rank(Group::data);
+  // Contiguous shard of the split per data rank; every rank makes the same number of reads.
+  std::vector<std::int64_t> all(static_cast<std::size_t>(info.samples));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
+  const auto mine = Sampler::part(all, r, dp);
+  const auto batch = static_cast<std::size_t>(cfg.eval.batch);
+  const std::size_t largest = (all.size() + static_cast<std::size_t>(dp) - 1) / static_cast<std::size_t>(dp);
+  const std::size_t rounds = (largest + batch - 1) / batch;
+
+  std::vector<float> h_x, h_t;
+  std::vector<std::int32_t> h_y;
+  Matrix<float> x, t;
+  Vector<std::int32_t> y;
+  allocate_batch(info, batch, h_x, h_y, h_t, x, y, t);
+  double sums[3] = {0.0, 0.0, 0.0};  // loss, correct, samples
+  for (std::size_t k = 0; k < rounds; ++k) {
+    const std::size_t begin = std::min(k * batch, mine.size());
+    const auto idx = mine.subspan(begin, std::min(batch, mine.size() - begin));
+    const Batch b = load_batch(split, idx, h_x, h_y, h_t, x, y, t);
+    if (idx.empty()) continue;
+    const LossSums l = model.forward_loss(exec, b.x, b.labels, b.targets);
+    sums[0] += l.loss;
+    sums[1] += l.correct;
+    sums[2] += static_cast<double>(idx.size());
+  }
+  comm.allreduce_sum(sums, 3, Group::data);
+  EvalResult e;
+  e.samples = static_cast<std::int64_t>(sums[2]);
+  e.loss = sums[0] / sums[2];
+  e.accuracy = info.has_labels ? sums[1] / sums[2] : std::nan("");
+  return e;
+}
+
+Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeRequest& resume)
+    : cfg_(cfg), comm_(comm) {
+  run_start_wall_ = StepTimer::now();
+  ckpt_ = std::make_unique<Checkpointer>(cfg_, comm_);
+  const std::string resume_path = prepare_output_dir(resume);
+
+  // Data first: the model's shape comes from it.
+  const MPI_Comm data_comm = comm_.handle(Group::data);
+  train_ = std::make_unique<io::SupervisedSplit>(data_comm, cfg_.data.path, cfg_.data.train_split,
+                                                 cfg_.data.cache);
+  const ModelShape shape = model_shape(cfg_, train_->info());
+  if (eval_enabled(cfg_.eval)) {
+    test_ = std::make_unique<io::SupervisedSplit>(data_comm, cfg_.data.path, cfg_.data.test_split,
+                                                  cfg_.data.cache);
+    const auto& ti = test_->info();
+    if (ti.features != shape.in_features || ti.has_labels != shape.classification ||
+        (ti.has_labels ? ti.classes > shape.outputs : ti.target_width != shape.outputs))
+      throw InputError(fmt::format("{}: split /{} does not match /{} (features {} vs {}, outputs "
+                                   "{} vs {})", cfg_.data.path, cfg_.data.test_split,
+                                   cfg_.data.train_split, ti.features, shape.in_features,
+                                   ti.has_labels ? ti.classes : ti.target_width, shape.outputs));
+  }
+
+  const int dp = comm_.size(Group::data), m = cfg_.parallel.micro_batches;
+  const int micro = (cfg_.train.global_batch + dp * m - 1) / (dp * m);
+  model_ = std::make_unique<Model>(cfg_, shape, std::max(micro, test_ ? cfg_.eval.batch : 1));
+  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, model_->params().size());
+  sampler_ = std::make_unique<Sampler>(train_->info().samples, cfg_.run.seed,
+                                       cfg_.train.global_batch, cfg_.train.drop_last);
+  if (sampler_->batches_per_epoch() == 0)
+    throw InputError(fmt::format("train.global_batch = {} is larger than the {} samples of {} /{}",
+                                 cfg_.train.global_batch, sampler_->samples(), cfg_.data.path,
+                                 cfg_.data.train_split));
+  allocate_batch(train_->info(), static_cast<std::size_t>(micro), h_inputs_, h_labels_, h_targets_,
+                 inputs_, labels_, targets_);
+
+  if (!resume_path.empty()) {
+    state_ = ckpt_->load(resume_path, *model_, *opt_);
+    resumed_from_ = last_checkpoint_step_ = state_.step;
+  }
+  out_ = std::make_unique<RunOutput>(comm_.is_root(), cfg_.run.output_dir,
+                                     resumed_from_ >= 0 ? std::optional(state_.step) : std::nullopt);
+
+  const auto& store = model_->params();
+  out_->log(fmt::format("tessera {}: {} on {} ranks ({}), data {} ({} train samples)",
+                        TESSERA_VERSION, cfg_.deck_path, comm_.size(),
+                        comm_.layout(cfg_.parallel.zero), cfg_.data.path, sampler_->samples()));
+  out_->log(fmt::format("model: mlp {}-{}-{} ({} parameters), {} steps/epoch, {} steps in all",
+                        shape.in_features, fmt::join(cfg_.model.hidden, "-"), shape.outputs,
+                        store.count(), sampler_->batches_per_epoch(), total_steps()));
+  out_->log(fmt::format("memory per rank (measured): parameters {:.2f} MB, gradients {:.2f} MB, "
+                        "optimizer state {:.2f} MB, activations {:.2f} MB",
+                        store.size() * 4.0 / 1e6, store.size() * 4.0 / 1e6,
+                        opt_->state_bytes() / 1e6, model_->activation_bytes() / 1e6));
+  if (resumed_from_ >= 0)
+    out_->log(fmt::format("resumed from {} at step {} (epoch {}, batch {})", resume_path,
+                          state_.step, state_.epoch, state_.batch_in_epoch));
+}
+
+Trainer::~Trainer() = default;
+
+std::int64_t Trainer::total_steps() const {
+  return cfg_.train.steps > 0 ? cfg_.train.steps
+                              : static_cast<std::int64_t>(cfg_.train.epochs) * sampler_->batches_per_epoch();
+}
+
+std::string Trainer::prepare_output_dir(const ResumeRequest& resume) {
+  const std::string latest = resume.mode == ResumeRequest::Mode::automatic ? ckpt_->find_latest() : "";
+  std::string error, resume_path;
+  if (resume.mode == ResumeRequest::Mode::path) resume_path = resume.path;
+  if (resume.mode == ResumeRequest::Mode::automatic) resume_path = latest;
+  if (comm_.is_root()) {
+    const fs::path dir(cfg_.run.output_dir);
+    std::string found;
+    for (const char* f : run_files)
+      if (fs::exists(dir / f) && found.empty()) found = (dir / f).string();
+    const bool continuing = !resume_path.empty();
+    const bool finished = fs::exists(dir / "summary.json");
+    if (!found.empty() && !continuing && !cfg_.run.overwrite &&
+        (resume.mode == ResumeRequest::Mode::none || finished))
+      error = fmt::format("run.output_dir '{}' already holds a run ({}); continue it with --resume "
+                          "auto, or replace it with --set run.overwrite=true",
+                          cfg_.run.output_dir, found);
+    if (error.empty() && !continuing) {
+      // A fresh run: clear what an earlier run left so `latest` cannot point into it.
+      std::error_code ec;
+      for (const char* f : run_files) fs::remove(dir / f, ec);
+      fs::remove_all(dir / "checkpoints", ec);
+    }
+    if (error.empty()) {
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) error = fmt::format("run.output_dir '{}': cannot create it: {}", dir.string(), ec.message());
+    }
+  }
+  agree(comm_.handle(), error);
+  return resume_path;
+}
+
+double Trainer::train_step(double lr) {
+  auto& store = model_->params();
+  const auto batch = sampler_->global_batch(state_.epoch, state_.batch_in_epoch);
+  const auto local = Sampler::part(batch, comm_.rank(Group::data), comm_.size(Group::data));
+  const float scale = 1.0f / static_cast<float>(batch.size());
+  store.zero_grads(exec_);
+
+  // Forward and backward per micro-batch; gradients accumulate.
+  double loss_sum = 0.0;
+  for (int m = 0; m < cfg_.parallel.micro_batches; ++m) {
+    const auto idx = Sampler::part(local, m, cfg_.parallel.micro_batches);
+    Batch b;
+    {
+      auto t = timer_.time(Phase::data, exec_);
+      b = load_batch(*train_, idx, h_inputs_, h_labels_, h_targets_, inputs_, labels_, targets_);
+    }
+    if (idx.empty()) continue;
+    {
+      auto t = timer_.time(Phase::forward, exec_);
+      loss_sum += model_->forward(exec_, b.x, b.labels, b.targets, scale).loss;
+    }
+    auto t = timer_.time(Phase::backward, exec_);
+    model_->backward(exec_);
+  }
+
+  // Gradient exchange: every rank ends with the gradient of the global-batch mean loss.
+  {
+    auto t = timer_.time(Phase::allreduce, exec_);
+    comm_.allreduce_sum(store.grads().data(), store.grads().size(), Group::data);
+  }
+
+  // Norm, clipping and the update.
+  auto t = timer_.time(Phase::optimizer, exec_);
+  const double grad_norm = std::sqrt(sum_squares(exec_, store.grads()));
+  double reduced[2] = {loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0};
+  comm_.allreduce_sum(reduced, 2, Group::data);
+  const double loss = reduced[0] / static_cast<double>(batch.size());
+  last_grad_norm_ = grad_norm;
+  if (reduced[1] > 0.0 || !std::isfinite(loss)) {
+    const std::string latest = last_checkpoint_step_ >= 0 ? fmt::format("step {}", last_checkpoint_step_) : "none";
+    nlohmann::json j = {{"status", "numerical_failure"}, {"steps", state_.step},
+                        {"layout", comm_.layout(cfg_.parallel.zero)}};
+    out_->summary(j);
+    throw NumericError(fmt::format(
+        "non-finite loss or gradient at step {} (loss {}, gradient norm {}); the step was not "
+        "applied and the newest good checkpoint ({}) is intact. ---> HINT: lower optimizer.lr or "
+        "set optimizer.clip_grad_norm", state_.step + 1, loss, grad_norm, latest));
+  }
+  if (cfg_.optimizer.clip_grad_norm > 0.0 && grad_norm > cfg_.optimizer.clip_grad_norm)
+    scale_in_place(exec_, store.grads(), static_cast<float>(cfg_.optimizer.clip_grad_norm / (grad_norm + 1e-6)));
+  opt_->step(exec_, store.values(), store.grads(), lr);
+  return loss;
+}
+
+void Trainer::log_progress(double lr, double loss, double grad_norm) {
+  const double now = StepTimer::now();
+  const std::int64_t steps_in_interval = std::max<std::int64_t>(1, state_.step - (last_logged_step_));
+  const double step_time = total_step_seconds_interval_ / static_cast<double>(steps_in_interval);
+  const double rate = static_cast<double>(interval_samples_) / std::max(1e-12, total_step_seconds_interval_);
+  const double eta = step_time * static_cast<double>(total_steps() - state_.step);
+  const double epoch = static_cast<double>(state_.epoch) +
+                       static_cast<double>(state_.batch_in_epoch) / static_cast<double>(sampler_->batches_per_epoch());
+  out_->log(fmt::format("step {:>{}}/{} epoch {:.2f} loss {:.4f} lr {:.4g} grad_norm {:.4f} "
+                        "samples/s {:.0f} eta {}",
+                        state_.step, fmt::formatted_size("{}", total_steps()), total_steps(), epoch,
+                        loss, lr, grad_norm, rate, format_duration(eta)));
+  MetricsRow row;
+  row.kind = "train";
+  row.step = state_.step;
+  row.epoch = state_.epoch;
+  row.loss = loss;
+  row.lr = lr;
+  row.grad_norm = grad_norm;
+  row.samples_per_s = rate;
+  row.wall_s = now - run_start_wall_;
+  const double n = static_cast<double>(steps_in_interval);
+  row.t_data = timer_.seconds(Phase::data) / n;
+  row.t_forward = timer_.seconds(Phase::forward) / n;
+  row.t_backward = timer_.seconds(Phase::backward) / n;
+  row.t_allreduce = timer_.seconds(Phase::allreduce) / n;
+  row.t_optimizer = timer_.seconds(Phase::optimizer) / n;
+  out_->metrics(row);
+  timer_.reset();
+  interval_samples_ = 0;
+  total_step_seconds_interval_ = 0.0;
+  last_logged_step_ = state_.step;
+}
+
+EvalResult Trainer::run_eval() {
+  last_eval_ = evaluate(cfg_, comm_, *model_, *test_);
+  last_eval_step_ = state_.step;
+  out_->log(fmt::format("eval  step {} epoch {}: test loss {:.4f}{} ({} samples)", state_.step,
+                        state_.epoch, last_eval_.loss,
+                        std::isnan(last_eval_.accuracy) ? std::string()
+                                                        : fmt::format(" accuracy {:.4f}", last_eval_.accuracy),
+                        last_eval_.samples));
+  MetricsRow row;
+  row.kind = "eval";
+  row.step = state_.step;
+  row.epoch = state_.epoch;
+  row.loss = last_eval_.loss;
+  if (!std::isnan(last_eval_.accuracy)) row.accuracy = last_eval_.accuracy;
+  row.wall_s = StepTimer::now() - run_start_wall_;
+  out_->metrics(row);
+  return last_eval_;
+}
+
+void Trainer::checkpoint() {
+  const double t0 = StepTimer::now();
+  const std::string path = ckpt_->save(*model_, *opt_, state_);
+  last_checkpoint_step_ = state_.step;
+  out_->log(fmt::format("checkpoint {} ({:.2f} s)", path, StepTimer::now() - t0));
+}
+
+void Trainer::run() {
+  const std::int64_t total = total_steps();
+  const std::int64_t bpe = sampler_->batches_per_epoch();
+  last_logged_step_ = state_.step;
+  while (state_.step < total) {
+    const double lr = learning_rate(cfg_.schedule, cfg_.optimizer.lr, state_.step, total);
+    const auto batch_size = static_cast<std::int64_t>(
+        sampler_->global_batch(state_.epoch, state_.batch_in_epoch).size());
+    const double t0 = StepTimer::now();
+    last_loss_ = train_step(lr);
+    const double dt = StepTimer::now() - t0;
+    total_step_seconds_ += dt;
+    total_step_seconds_interval_ += dt;
+    interval_samples_ += batch_size;
+    total_samples_timed_ += batch_size;
+
+    ++state_.step;
+    state_.samples_seen += batch_size;
+    bool epoch_end = false;
+    if (++state_.batch_in_epoch == bpe) {
+      ++state_.epoch;
+      state_.batch_in_epoch = 0;
+      epoch_end = true;
+    }
+    if (state_.step % cfg_.train.log_every == 0 || state_.step == total)
+      log_progress(lr, last_loss_, last_grad_norm_);
+    if (test_ && ((epoch_end && cfg_.eval.every_epoch) ||
+                  (cfg_.eval.every_steps > 0 && state_.step % cfg_.eval.every_steps == 0)))
+      run_eval();
+    if (cfg_.checkpoint.every_steps > 0 && state_.step % cfg_.checkpoint.every_steps == 0)
+      checkpoint();
+  }
+  if (test_ && cfg_.eval.at_end && last_eval_step_ != state_.step) run_eval();
+  if (cfg_.checkpoint.at_end && last_checkpoint_step_ != state_.step) checkpoint();
+
+  const double wall = StepTimer::now() - run_start_wall_;
+  nlohmann::json j;
+  j["status"] = "completed";
+  j["steps"] = state_.step;
+  j["epochs"] = static_cast<double>(state_.samples_seen) / static_cast<double>(sampler_->samples());
+  j["final_train_loss"] = last_loss_;
+  j["test_loss"] = last_eval_step_ >= 0 ? nlohmann::json(last_eval_.loss) : nlohmann::json(nullptr);
+  j["test_accuracy"] = last_eval_step_ >= 0 && !std::isnan(last_eval_.accuracy)
+                           ? nlohmann::json(last_eval_.accuracy) : nlohmann::json(nullptr);
+  j["samples_per_s"] = total_step_seconds_ > 0 ? static_cast<double>(total_samples_timed_) / total_step_seconds_ : 0.0;
+  j["wall_s"] = wall;
+  j["layout"] = comm_.layout(cfg_.parallel.zero);
+  j["ranks"] = comm_.size();
+  j["parameters"] = model_->params().count();
+  j["resumed_from_step"] = resumed_from_ >= 0 ? nlohmann::json(resumed_from_) : nlohmann::json(nullptr);
+  j["output_dir"] = cfg_.run.output_dir;
+  out_->summary(j);
+  out_->log(fmt::format("done: {} steps in {}, final train loss {:.4f}{}", state_.step,
+                        format_duration(wall), last_loss_,
+                        last_eval_step_ >= 0 ? fmt::format(", test loss {:.4f} accuracy {:.4f}",
+                                                           last_eval_.loss, last_eval_.accuracy)
+                                             : std::string()));
+}
+
+}  // namespace tessera

@@ -1,0 +1,85 @@
+#pragma once
+// Data-parallel training of one deck: the step loop, evaluation, logging and checkpoints.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "core/config.hpp"
+#include "io/dataset.hpp"
+#include "optim/optimizer.hpp"
+#include "train/checkpointer.hpp"
+#include "train/model.hpp"
+#include "train/run_output.hpp"
+#include "train/sampler.hpp"
+#include "train/step_timer.hpp"
+
+namespace tessera {
+
+/// --resume auto|none|PATH
+struct ResumeRequest {
+  enum class Mode { none, automatic, path } mode = Mode::none;
+  std::string path;
+  static ResumeRequest parse(const std::string& text);
+};
+
+/// Loss and accuracy over a whole split, reduced exactly (sums and counts).
+struct EvalResult {
+  double loss = 0.0;
+  double accuracy = 0.0;
+  std::int64_t samples = 0;
+};
+
+/// \brief The shape the dataset imposes on the model; throws InputError if loss and data disagree.
+ModelShape model_shape(const Config& cfg, const io::SplitInfo& info);
+
+/// \brief Evaluates `model` on `split`, sharded over the data group; collective over it.
+EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
+                    io::SupervisedSplit& split);
+
+class Trainer {
+ public:
+  /// Opens the data, builds the model and optimizer, and restores a checkpoint if asked.
+  /// Collective over world; every error is thrown on every rank.
+  Trainer(const Config& cfg, const Communicator& comm, const ResumeRequest& resume);
+  ~Trainer();
+
+  /// \brief Trains to the end; writes metrics, checkpoints and summary.json. Collective.
+  void run();
+
+ private:
+  std::string prepare_output_dir(const ResumeRequest& resume);
+  double train_step(double lr);
+  void log_progress(double lr, double loss, double grad_norm);
+  EvalResult run_eval();
+  void checkpoint();
+  std::int64_t total_steps() const;
+
+  const Config& cfg_;
+  const Communicator& comm_;
+  ExecSpace exec_;
+  std::unique_ptr<io::SupervisedSplit> train_, test_;
+  std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<Checkpointer> ckpt_;
+  std::unique_ptr<RunOutput> out_;
+  TrainState state_;
+  std::int64_t resumed_from_ = -1, last_checkpoint_step_ = -1, last_eval_step_ = -1;
+  EvalResult last_eval_;
+  double last_loss_ = 0.0, last_grad_norm_ = 0.0;
+
+  // Per-micro-batch host staging and device buffers for one micro-batch.
+  std::vector<float> h_inputs_, h_targets_;
+  std::vector<std::int32_t> h_labels_;
+  Matrix<float> inputs_, targets_;
+  Vector<std::int32_t> labels_;
+
+  StepTimer timer_;
+  double run_start_wall_ = 0.0;
+  std::int64_t interval_samples_ = 0, total_samples_timed_ = 0, last_logged_step_ = 0;
+  double total_step_seconds_ = 0.0, total_step_seconds_interval_ = 0.0;
+};
+
+}  // namespace tessera

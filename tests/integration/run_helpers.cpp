@@ -1,0 +1,103 @@
+#include "run_helpers.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::test {
+
+namespace fs = std::filesystem;
+
+RunResult shell(const std::string& command) {
+  RunResult r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) r.output += buf;
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+RunResult tessera(int ranks, const std::string& args) {
+  return shell(std::string(TESSERA_MPIEXEC) + " -n " + std::to_string(ranks) +
+               " --oversubscribe --bind-to none " + TESSERA_BINARY + " " + args);
+}
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path p = fs::path(TESSERA_TEST_WORK_DIR) / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+const std::string& fashion_mnist() {
+  static const std::string path = [] {
+    const fs::path p = fs::path(TESSERA_TEST_WORK_DIR) / "fashion-mnist.h5";
+    if (!fs::exists(p)) {
+      fs::create_directories(p.parent_path());
+      const RunResult r = tessera(1, "prepare fashion-mnist --out " + p.string());
+      if (r.exit_code != 0) ADD_FAILURE() << "prepare failed: " << r.output;
+    }
+    return p.string();
+  }();
+  return path;
+}
+
+std::vector<MetricsRow> read_metrics(const std::string& run_dir) {
+  std::vector<MetricsRow> rows;
+  std::ifstream in(fs::path(run_dir) / "metrics.csv");
+  std::string line;
+  std::getline(in, line);  // header: kind,step,epoch,loss,lr,grad_norm,samples_per_s,accuracy,...
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) f.push_back(cell);
+    if (f.size() < 8) continue;
+    MetricsRow r;
+    r.kind = f[0];
+    r.step = std::stoll(f[1]);
+    r.loss = std::stod(f[3]);
+    if (!f[7].empty()) r.accuracy = std::stod(f[7]);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::map<std::int64_t, double> train_losses(const std::string& run_dir) {
+  std::map<std::int64_t, double> m;
+  for (const auto& r : read_metrics(run_dir))
+    if (r.kind == "train") m[r.step] = r.loss;
+  return m;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+double max_relative_difference(const std::map<std::int64_t, double>& a,
+                               const std::map<std::int64_t, double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (const auto& [step, va] : a) {
+    const auto it = b.find(step);
+    if (it == b.end()) {
+      ADD_FAILURE() << "step " << step << " missing";
+      return INFINITY;
+    }
+    const double vb = it->second;
+    worst = std::max(worst, std::abs(va - vb) / std::max({std::abs(va), std::abs(vb), 1e-30}));
+  }
+  return worst;
+}
+
+}  // namespace tessera::test

@@ -1,0 +1,39 @@
+#pragma once
+// Running the tessera binary from tests and reading what it wrote.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tessera::test {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  ///< stdout and stderr together
+};
+
+/// Runs a shell command, capturing its output and exit code.
+RunResult shell(const std::string& command);
+/// Runs `tessera ARGS` under mpiexec with `ranks` ranks.
+RunResult tessera(int ranks, const std::string& args);
+/// A fresh, empty directory under the test work dir.
+std::string fresh_dir(const std::string& name);
+/// The prepared Fashion-MNIST file (made once per test run).
+const std::string& fashion_mnist();
+
+struct MetricsRow {
+  std::string kind;
+  std::int64_t step = 0;
+  double loss = 0.0, accuracy = -1.0;
+};
+std::vector<MetricsRow> read_metrics(const std::string& run_dir);
+/// Train-row losses by step.
+std::map<std::int64_t, double> train_losses(const std::string& run_dir);
+std::string read_file(const std::string& path);
+
+/// Largest relative difference |a-b| / max(|a|,|b|, tiny) over the steps both have; fails if the
+/// step sets differ.
+double max_relative_difference(const std::map<std::int64_t, double>& a,
+                               const std::map<std::int64_t, double>& b);
+
+}  // namespace tessera::test

@@ -1,0 +1,199 @@
+// End-to-end: the tessera binary under mpiexec on the real Fashion-MNIST file.
+// Oracles: the 1-rank run (layout invariance), the uninterrupted run (resume), exit codes and the
+// single error line of DESIGN.md.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "run_helpers.hpp"
+
+namespace tessera::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string deck = std::string(TESSERA_SOURCE_DIR) + "/tests/integration/mlp_test.toml";
+
+std::string train_args(const std::string& out, const std::string& extra = "") {
+  return "train " + deck + " --set data.path=" + fashion_mnist() + " --set run.output_dir=" + out +
+         " " + extra;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+std::map<std::int64_t, double> eval_losses(const std::string& dir, bool accuracy = false) {
+  std::map<std::int64_t, double> m;
+  for (const auto& r : read_metrics(dir))
+    if (r.kind == "eval") m[r.step] = accuracy ? r.accuracy : r.loss;
+  return m;
+}
+
+// Trains `extra` on 1 rank and on each of `ranks`; every run's losses and evaluations must
+// equal the 1-rank run's within 1e-5 relative.
+void expect_layout_invariant(const std::string& name, const std::string& extra,
+                             const std::vector<std::pair<int, std::string>>& layouts) {
+  const std::string ref = fresh_dir(name + "_ref");
+  const RunResult r0 = tessera(1, train_args(ref, extra));
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  const auto ref_losses = train_losses(ref);
+  ASSERT_EQ(ref_losses.size(), 30u);
+  for (const auto& [ranks, layout] : layouts) {
+    const std::string dir = fresh_dir(name + "_np" + std::to_string(ranks));
+    const RunResult r = tessera(ranks, train_args(dir, extra + " " + layout));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_LE(max_relative_difference(ref_losses, train_losses(dir)), 1e-5)
+        << ranks << " ranks " << layout;
+    EXPECT_LE(max_relative_difference(eval_losses(ref), eval_losses(dir)), 1e-5);
+    EXPECT_LE(max_relative_difference(eval_losses(ref, true), eval_losses(dir, true)), 1e-4);
+  }
+}
+
+TEST(Training, LossesEqualOneRankOnTwoAndFourRanks) {
+  expect_layout_invariant("sgd", "", {{2, ""}, {4, ""}, {2, "--set parallel.micro_batches=4"}});
+}
+
+TEST(Training, AdamWCosineClippingEqualAcrossRanks) {
+  expect_layout_invariant(
+      "adamw",
+      "--set optimizer.kind=adamw --set optimizer.lr=0.002 --set optimizer.weight_decay=0.01 "
+      "--set optimizer.clip_grad_norm=0.5 --set schedule.kind=cosine --set schedule.warmup_steps=5 "
+      "--set model.activation=relu",
+      {{4, ""}, {2, "--set parallel.micro_batches=2"}});
+}
+
+TEST(Training, StoppedAndResumedRunEqualsUninterrupted) {
+  const std::string whole = fresh_dir("resume_whole");
+  ASSERT_EQ(tessera(2, train_args(whole, "--set train.steps=40")).exit_code, 0);
+  const std::string split = fresh_dir("resume_split");
+  ASSERT_EQ(tessera(2, train_args(split, "--set train.steps=20")).exit_code, 0);
+  const RunResult r = tessera(2, train_args(split, "--set train.steps=40 --resume auto"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  const auto a = train_losses(whole), b = train_losses(split);
+  ASSERT_EQ(b.size(), 40u);
+  EXPECT_LE(max_relative_difference(a, b), 1e-7);  // same layout: the same arithmetic
+  EXPECT_LE(max_relative_difference(eval_losses(whole), eval_losses(split)), 1e-7);
+}
+
+TEST(Training, CheckpointFromTwoRanksResumesOnOneAndFour) {
+  const std::string whole = fresh_dir("reshard_whole");
+  ASSERT_EQ(tessera(2, train_args(whole, "--set train.steps=40")).exit_code, 0);
+  const std::string first = fresh_dir("reshard_first");
+  ASSERT_EQ(tessera(2, train_args(first, "--set train.steps=20")).exit_code, 0);
+  for (int ranks : {1, 4}) {
+    const std::string dir = fresh_dir("reshard_np" + std::to_string(ranks));
+    fs::copy(first, dir, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    const RunResult r = tessera(ranks, train_args(dir, "--set train.steps=40 --resume auto"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_LE(max_relative_difference(train_losses(whole), train_losses(dir)), 1e-5) << ranks;
+  }
+}
+
+TEST(Training, CheckpointLayoutOpensInH5py) {
+  const std::string dir = fresh_dir("layout");
+  ASSERT_EQ(tessera(2, train_args(dir)).exit_code, 0);
+  EXPECT_EQ(read_file(dir + "/checkpoints/latest"), "step_00000030.h5\n");
+  // keep = 2: steps 20 and 30 remain.
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_00000010.h5"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/step_00000020.h5"));
+  const std::string script =
+      "import h5py,sys\n"
+      "f=h5py.File(sys.argv[1],'r')\n"
+      "a=f.attrs\n"
+      "assert a['format']=='tessera-checkpoint', a['format']\n"
+      "assert int(a['step'])==30 and a['layout']=='dp=2,tp=1,pp=1,zero=0', (a['step'],a['layout'])\n"
+      "assert '[model]' in a['deck'] and 'T' in a['created']\n"
+      "for n,s in [('layers.0.weight',(64,784)),('layers.0.bias',(64,)),('layers.1.weight',(32,64)),('layers.2.weight',(10,32))]:\n"
+      "  d=f['model/'+n]; assert d.shape==s and d.dtype=='float32', (n,d.shape,d.dtype)\n"
+      "  assert f['optimizer/'+n+'/momentum'].shape==s\n"
+      "assert f['optimizer'].attrs['kind']=='sgd' and int(f['optimizer'].attrs['step'])==30\n"
+      "assert abs(f['model/layers.0.weight'][()]).sum()>0\n"
+      "print('h5py ok')\n";
+  std::ofstream(dir + "/check.py") << script;
+  const RunResult r = shell("python3 " + dir + "/check.py " + dir + "/checkpoints/step_00000030.h5");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("h5py ok"), std::string::npos);
+
+  const RunResult s = shell("python3 -c \"import json;d=json.load(open('" + dir + "/summary.json'));"
+                            "assert d['status']=='completed' and d['steps']==30 and d['layout']=='dp=2,tp=1,pp=1,zero=0';"
+                            "[d[k] for k in ['epochs','final_train_loss','test_loss','test_accuracy','samples_per_s','wall_s']];print('ok')\"");
+  EXPECT_EQ(s.exit_code, 0) << s.output;
+}
+
+TEST(Training, InspectAndEvalReadTheCheckpoint) {
+  const std::string dir = fresh_dir("inspect");
+  ASSERT_EQ(tessera(2, train_args(dir)).exit_code, 0);
+  const std::string ckpt = dir + "/checkpoints/step_00000030.h5";
+  const RunResult ins = tessera(1, "inspect " + ckpt);
+  ASSERT_EQ(ins.exit_code, 0) << ins.output;
+  EXPECT_NE(ins.output.find("model/layers.0.weight"), std::string::npos) << ins.output;
+  EXPECT_NE(ins.output.find("[64,784]"), std::string::npos) << ins.output;
+  EXPECT_NE(ins.output.find("tessera-checkpoint"), std::string::npos) << ins.output;
+
+  // eval on 4 ranks reproduces the run's own final evaluation.
+  const RunResult ev = tessera(4, "eval " + deck + " --set data.path=" + fashion_mnist() +
+                                      " --set run.output_dir=" + dir + " --checkpoint " + ckpt);
+  ASSERT_EQ(ev.exit_code, 0) << ev.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(ev.output, m, std::regex(R"(test loss ([0-9.]+) accuracy ([0-9.]+))"))) << ev.output;
+  const double loss = std::stod(m[1]);
+  const double last = eval_losses(dir).rbegin()->second;
+  EXPECT_NEAR(loss, last, 1e-5 * last);
+}
+
+// Bad input: exit code 2, one "tessera: error:" line naming the problem, nothing overwritten.
+void expect_input_error(const RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(count(r.output, "tessera: error:"), 1) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
+
+TEST(Errors, BadDeckAndLayoutGiveOneLineAndExitTwo) {
+  const std::string dir = fresh_dir("errors_deck");
+  expect_input_error(tessera(2, train_args(dir, "--set optimizer.lr_rate=0.1")), "did you mean");
+  expect_input_error(tessera(4, train_args(dir, "--set parallel.data=2")), "parallel");
+  expect_input_error(tessera(4, train_args(dir, "--set train.global_batch=30")), "global_batch");
+  expect_input_error(tessera(2, "train " + deck + " --set data.path=/nonexistent/x.h5 --set run.output_dir=" + dir),
+                     "/nonexistent/x.h5");
+  EXPECT_FALSE(fs::exists(dir + "/metrics.csv"));
+}
+
+TEST(Errors, OutputDirectoryOfAnotherRunIsNotOverwritten) {
+  const std::string dir = fresh_dir("errors_outdir");
+  ASSERT_EQ(tessera(2, train_args(dir, "--set train.steps=10")).exit_code, 0);
+  const std::string before = read_file(dir + "/metrics.csv");
+  expect_input_error(tessera(2, train_args(dir, "--set train.steps=10")), "already holds a run");
+  EXPECT_EQ(read_file(dir + "/metrics.csv"), before);
+  EXPECT_EQ(tessera(2, train_args(dir, "--set train.steps=10 --set run.overwrite=true")).exit_code, 0);
+}
+
+TEST(Errors, CheckpointOfAnotherModelIsRefusedNamingTheTensor) {
+  const std::string dir = fresh_dir("errors_mismatch");
+  ASSERT_EQ(tessera(2, train_args(dir, "--set train.steps=10")).exit_code, 0);
+  const std::string before = read_file(dir + "/metrics.csv");
+  expect_input_error(tessera(2, train_args(dir, "--set train.steps=20 --set 'model.hidden=[32,32]' --resume auto")),
+                     "model/layers.0.weight");
+  EXPECT_EQ(read_file(dir + "/metrics.csv"), before);
+}
+
+TEST(Errors, NonFiniteLossExitsThreeAndKeepsTheLastCheckpoint) {
+  const std::string dir = fresh_dir("errors_nan");
+  const RunResult r = tessera(2, train_args(dir, "--set optimizer.lr=1e30 --set checkpoint.every_steps=1"));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_EQ(count(r.output, "tessera: error:"), 1) << r.output;
+  EXPECT_NE(r.output.find("non-finite"), std::string::npos) << r.output;
+  const std::string latest = read_file(dir + "/checkpoints/latest");
+  ASSERT_FALSE(latest.empty());
+  const std::string ckpt = dir + "/checkpoints/" + latest.substr(0, latest.size() - 1);
+  const RunResult ins = tessera(1, "inspect " + ckpt);
+  EXPECT_EQ(ins.exit_code, 0) << ins.output;
+  EXPECT_EQ(ins.output.find("nan"), std::string::npos) << ins.output;
+}
+
+}  // namespace
+}  // namespace tessera::test

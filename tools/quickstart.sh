@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# From a fresh clone: install, build, prepare Fashion-MNIST and train the default deck on 2 ranks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh build
+[[ -f data/fashion-mnist.h5 ]] || build/tessera prepare fashion-mnist --out data/fashion-mnist.h5
+build/tessera check inputs/fashion_mnist_mlp.toml --ranks 2
+tools/mpirun.sh -n 2 build/tessera train inputs/fashion_mnist_mlp.toml --resume auto "$@"

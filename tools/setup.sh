@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Tessera needs (where missing), configures and builds.
+#   tools/setup.sh [BUILD_DIR] [extra cmake args...]
+# Environment: TESSERA_BUILD_TYPE (Release), TESSERA_CUDA (auto: ON when /usr/local/cuda exists).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=${1:-build}
+shift || true
+
+packages=(
+  build-essential cmake pkg-config
+  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools zlib1g-dev
+  libopenblas-dev libtrilinos-kokkos-dev
+  libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev googletest libgtest-dev
+  dataset-fashion-mnist python3-h5py python3-numpy python3-matplotlib
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cuda=${TESSERA_CUDA:-auto}
+if [[ $cuda == auto ]]; then
+  if [[ -x /usr/local/cuda/bin/nvcc || -f /usr/local/cuda/include/cublas_v2.h ]]; then cuda=ON; else cuda=OFF; fi
+fi
+
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${TESSERA_BUILD_TYPE:-Release}" \
+  -DTESSERA_ENABLE_CUDA="$cuda" -DCUDAToolkit_ROOT=/usr/local/cuda "$@"
+cmake --build "$build_dir" -j "$(nproc)"
