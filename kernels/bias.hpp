@@ -1,0 +1,45 @@
+#pragma once
+// Bias of a linear layer: broadcast into the rows of the output, and its gradient, the column
+// sums of the output gradient.
+#include "kernels/views.hpp"
+
+namespace tessera::kernels {
+
+/// 2-D policy over (rows, cols) of y: no integer division per element (a flat range with
+/// idx / N, idx % N measured slower on the host), coalesced over columns on GPUs.
+template <class YView>
+Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>> rows_cols(
+    const ExecSpace& exec, const YView& y) {
+  return Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(
+      exec, {0, 0}, {Index(y.extent(0)), Index(y.extent(1))});
+}
+
+/// \brief Every row of y becomes b.  b (N), y (B,N).
+template <class BView, class YView>
+void bias_broadcast(const ExecSpace& exec, const BView& b, const YView& y) {
+  Kokkos::parallel_for("tessera::bias_broadcast", rows_cols(exec, y),
+                       KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) = b(j); });
+}
+
+/// \brief Adds b to every row of y.  b (N), y (B,N).
+template <class BView, class YView>
+void bias_add(const ExecSpace& exec, const BView& b, const YView& y) {
+  Kokkos::parallel_for("tessera::bias_add", rows_cols(exec, y),
+                       KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j); });
+}
+
+/// \brief db += column sums of dy (accumulates, for micro-batches).  dy (B,N), db (N).
+/// One thread per column, a loop over the rows: no atomics, and the summation order is fixed.
+template <class DyView, class DbView>
+void bias_backward(const ExecSpace& exec, const DyView& dy, const DbView& db) {
+  using T = typename DbView::non_const_value_type;
+  const Index rows = Index(dy.extent(0));
+  Kokkos::parallel_for("tessera::bias_backward", range(exec, Index(dy.extent(1))),
+                       KOKKOS_LAMBDA(const Index j) {
+                         T sum = T(0);
+                         for (Index i = 0; i < rows; ++i) sum += dy(i, j);
+                         db(j) += sum;
+                       });
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,59 @@
+#include "blas/cblas_gemm.hpp"
+
+#include <cblas.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace tessera::blas::cblas {
+namespace {
+
+CBLAS_TRANSPOSE to_cblas(Op op) { return op == Op::N ? CblasNoTrans : CblasTrans; }
+
+/// Row-major leading dimensions must cover the stored row; CBLAS would print and carry on.
+void check_ld(const char* what, int ld, int cols) {
+  if (ld < (cols > 1 ? cols : 1)) {
+    throw std::invalid_argument(std::string("tessera::blas::gemm: ") + what + " = " +
+                                std::to_string(ld) + " is less than the stored row width " +
+                                std::to_string(cols));
+  }
+}
+
+void check(Op ta, Op tb, int m, int n, int k, int lda, int ldb, int ldc) {
+  if (m < 0 || n < 0 || k < 0) {
+    throw std::invalid_argument("tessera::blas::gemm: negative size m=" + std::to_string(m) +
+                                " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  }
+  check_ld("lda", lda, ta == Op::N ? k : m);
+  check_ld("ldb", ldb, tb == Op::N ? n : k);
+  check_ld("ldc", ldc, n);
+}
+
+}  // namespace
+
+void gemm(Op ta, Op tb, int m, int n, int k, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc) {
+  check(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, k, alpha, A, lda, B, ldb, beta, C,
+              ldc);
+}
+
+void gemm(Op ta, Op tb, int m, int n, int k, double alpha, const double* A, int lda,
+          const double* B, int ldb, double beta, double* C, int ldc) {
+  check(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  cblas_dgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, k, alpha, A, lda, B, ldb, beta, C,
+              ldc);
+}
+
+}  // namespace tessera::blas::cblas
+
+namespace tessera::blas {
+
+void set_threads(int n) {
+  if (n < 1) throw std::invalid_argument("tessera::blas::set_threads: n = " + std::to_string(n));
+  openblas_set_num_threads(n);
+}
+
+}  // namespace tessera::blas
