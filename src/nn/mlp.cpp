@@ -92,6 +92,14 @@ void Mlp<T>::backward(const ExecSpace& exec, const MatrixU<const T>& dlogits) {
   }
 }
 
+template <class T>
+std::size_t Mlp<T>::activation_bytes() const {
+  std::size_t n = logits_.span();
+  for (const auto* group : {&pre_, &post_, &grad_})
+    for (const auto& m : *group) n += m.span();
+  return n * sizeof(T);
+}
+
 template class Mlp<float>;
 template class Mlp<double>;
 

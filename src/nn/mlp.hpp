@@ -19,6 +19,10 @@ class Mlp {
   /// \brief Allocates the activation buffers for batches of up to max_batch rows.
   void reserve(int max_batch);
   int max_batch() const { return max_batch_; }
+  /// Rows of the last forward().
+  int batch() const { return batch_; }
+  /// Bytes of the activation buffers reserve() allocated.
+  std::size_t activation_bytes() const;
 
   /// \brief Returns the logits.  x (B,in) with B <= max_batch; returns (B,out), a view into
   /// this object's buffer, valid until the next forward. x must stay alive and unchanged until

@@ -26,16 +26,12 @@ std::size_t Optimizer::state_bytes() const {
 
 void Optimizer::step(const ExecSpace& exec, Vector<float> params, Vector<float> grads, double lr) {
   ++steps_;
-  const auto n = params.extent(0);
   if (cfg_.kind == OptimizerKind::adamw) {
-    adamw_update(exec, n, params.data(), grads.data(), states_[0].data(), states_[1].data(),
-                 static_cast<float>(lr), static_cast<float>(cfg_.beta1),
-                 static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps),
-                 static_cast<float>(cfg_.weight_decay), steps_);
+    const kernels::AdamWHyper h{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay};
+    kernels::adamw_step(exec, params, grads, states_[0], states_[1], h, steps_);
   } else {
-    sgd_update(exec, n, params.data(), grads.data(), states_.empty() ? nullptr : states_[0].data(),
-               static_cast<float>(lr), static_cast<float>(cfg_.momentum), cfg_.nesterov,
-               static_cast<float>(cfg_.weight_decay));
+    const kernels::SgdHyper h{lr, cfg_.momentum, cfg_.weight_decay, cfg_.nesterov};
+    kernels::sgd_step(exec, params, grads, states_.empty() ? Vector<float>() : states_[0], h);
   }
 }
 

@@ -19,9 +19,9 @@ const std::vector<std::int64_t>& Sampler::permutation(std::int64_t epoch) {
   // Fisher-Yates driven by a counter-based generator: draw i depends only on (seed, epoch, i).
   perm_.resize(static_cast<std::size_t>(samples_));
   std::iota(perm_.begin(), perm_.end(), std::int64_t{0});
-  const std::uint64_t stream = hash_name("sampler.epoch") + static_cast<std::uint64_t>(epoch);
+  const std::uint64_t stream = kernels::hash_name("sampler.epoch") + static_cast<std::uint64_t>(epoch);
   for (std::int64_t i = samples_ - 1; i > 0; --i) {
-    const double u = uniform01(seed_, stream, static_cast<std::uint64_t>(i));
+    const double u = kernels::uniform01(seed_, stream, static_cast<std::uint64_t>(i));
     auto j = static_cast<std::int64_t>(u * static_cast<double>(i + 1));
     if (j > i) j = i;
     std::swap(perm_[static_cast<std::size_t>(i)], perm_[static_cast<std::size_t>(j)]);

@@ -182,7 +182,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                         comm_.layout(cfg_.parallel.zero), cfg_.data.path, sampler_->samples()));
   out_->log(fmt::format("model: mlp {}-{}-{} ({} parameters), {} steps/epoch, {} steps in all",
                         shape.in_features, fmt::join(cfg_.model.hidden, "-"), shape.outputs,
-                        store.count(), sampler_->batches_per_epoch(), total_steps()));
+                        store.parameter_count(), sampler_->batches_per_epoch(), total_steps()));
   out_->log(fmt::format("memory per rank (measured): parameters {:.2f} MB, gradients {:.2f} MB, "
                         "optimizer state {:.2f} MB, activations {:.2f} MB",
                         store.size() * 4.0 / 1e6, store.size() * 4.0 / 1e6,
@@ -265,7 +265,7 @@ double Trainer::train_step(double lr) {
 
   // Norm, clipping and the update.
   auto t = timer_.time(Phase::optimizer, exec_);
-  const double grad_norm = std::sqrt(sum_squares(exec_, store.grads()));
+  const double grad_norm = std::sqrt(kernels::sum_squares(exec_, store.grads()));
   double reduced[2] = {loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0};
   comm_.allreduce_sum(reduced, 2, Group::data);
   const double loss = reduced[0] / static_cast<double>(batch.size());
@@ -281,7 +281,7 @@ double Trainer::train_step(double lr) {
         "set optimizer.clip_grad_norm", state_.step + 1, loss, grad_norm, latest));
   }
   if (cfg_.optimizer.clip_grad_norm > 0.0 && grad_norm > cfg_.optimizer.clip_grad_norm)
-    scale_in_place(exec_, store.grads(), static_cast<float>(cfg_.optimizer.clip_grad_norm / (grad_norm + 1e-6)));
+    kernels::scale(exec_, store.grads(), static_cast<float>(cfg_.optimizer.clip_grad_norm / (grad_norm + 1e-6)));
   opt_->step(exec_, store.values(), store.grads(), lr);
   return loss;
 }
@@ -394,7 +394,7 @@ void Trainer::run() {
   j["wall_s"] = wall;
   j["layout"] = comm_.layout(cfg_.parallel.zero);
   j["ranks"] = comm_.size();
-  j["parameters"] = model_->params().count();
+  j["parameters"] = model_->params().parameter_count();
   j["resumed_from_step"] = resumed_from_ >= 0 ? nlohmann::json(resumed_from_) : nlohmann::json(nullptr);
   j["output_dir"] = cfg_.run.output_dir;
   out_->summary(j);
