@@ -227,9 +227,9 @@ void apply_file(Config& cfg, const toml::table& root, const std::string& path, d
     return std::pair(a.pos.line, a.pos.column) < std::pair(b.pos.line, b.pos.column);
   });
 
+  const Locate locate = [&path](const toml::node& n) { return at(path, n); };
   for (const auto& e : entries) {
     const std::string where = at(path, *e.node);
-    const Locate locate = [&path](const toml::node& n) { return at(path, n); };
     if (e.section.empty()) {
       const bool is_section = std::find(deck::sections().begin(), deck::sections().end(), e.name) !=
                               deck::sections().end();
