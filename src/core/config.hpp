@@ -20,6 +20,8 @@ struct RunConfig {
   std::string output_dir = "runs/default";
   bool overwrite = false;   ///< allow replacing another run's outputs in output_dir
   int blas_threads = 0;     ///< 0: cores on the node / ranks on the node, at least 1
+
+  bool operator==(const RunConfig&) const = default;
 };
 
 struct DataConfig {
@@ -27,6 +29,8 @@ struct DataConfig {
   std::string train_split = "train";
   std::string test_split = "test";
   bool cache = false;  ///< read each split once per rank into memory instead of per batch
+
+  bool operator==(const DataConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -34,6 +38,8 @@ struct ModelConfig {
   std::vector<int> hidden = {512, 512};
   Activation activation = Activation::relu;
   LossKind loss = LossKind::automatic;
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct ParallelConfig {
@@ -43,6 +49,8 @@ struct ParallelConfig {
   int micro_batches = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int zero = 0;
+
+  bool operator==(const ParallelConfig&) const = default;
 };
 
 struct OptimizerConfig {
@@ -55,6 +63,8 @@ struct OptimizerConfig {
   double beta2 = 0.999;        ///< adamw
   double eps = 1e-8;           ///< adamw
   double clip_grad_norm = 0.0; ///< 0: no clipping
+
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 struct ScheduleConfig {
@@ -63,6 +73,8 @@ struct ScheduleConfig {
   double min_lr = 0.0;            ///< cosine: floor reached at the last step
   std::int64_t step_size = 1000;  ///< step: multiply by gamma every step_size steps
   double gamma = 0.1;             ///< step
+
+  bool operator==(const ScheduleConfig&) const = default;
 };
 
 struct TrainConfig {
@@ -71,6 +83,8 @@ struct TrainConfig {
   int global_batch = 128;
   int log_every = 50;
   bool drop_last = true;   ///< drop the last partial global batch of an epoch
+
+  bool operator==(const TrainConfig&) const = default;
 };
 
 struct EvalConfig {
@@ -78,16 +92,22 @@ struct EvalConfig {
   std::int64_t every_steps = 0;  ///< 0: off
   bool at_end = true;
   int batch = 1000;              ///< samples per rank per evaluation batch
+
+  bool operator==(const EvalConfig&) const = default;
 };
 
 struct CheckpointConfig {
   std::int64_t every_steps = 0;  ///< 0: only at the end
   int keep = 3;                  ///< newest complete checkpoints kept; 0 keeps all
   bool at_end = true;
+
+  bool operator==(const CheckpointConfig&) const = default;
 };
 
 struct CommConfig {
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::mpi;
+
+  bool operator==(const CommConfig&) const = default;
 };
 
 struct Config {
@@ -104,6 +124,8 @@ struct Config {
 
   std::string deck_path;      ///< as given on the command line
   std::string resolved_toml;  ///< every key with its final value, as TOML (stored in checkpoints)
+
+  bool operator==(const Config&) const = default;
 };
 
 }  // namespace tessera

@@ -1,0 +1,113 @@
+// Checks across keys: those known from the deck alone, and those that need the world size.
+#include "core/deck_checks.hpp"
+
+#include <fmt/format.h>
+
+#include <initializer_list>
+
+#include "core/deck.hpp"
+#include "core/error.hpp"
+
+namespace tessera {
+namespace deck {
+namespace {
+
+/// Where to point for a problem with `keys`: the first of them the deck or --set gave a value.
+std::string where_of(const Config& cfg, const Origins& origins, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (auto it = origins.find(k); it != origins.end()) return it->second;
+  return cfg.deck_path;
+}
+
+[[noreturn]] void fail(const std::string& where, std::string_view key, const std::string& what) {
+  throw InputError(fmt::format("{}: {}: {}", where, key, what));
+}
+
+}  // namespace
+
+void check_combinations(const Config& cfg, const Origins& origins) {
+  const auto& o = cfg.optimizer;
+  const auto& s = cfg.schedule;
+  const auto& t = cfg.train;
+
+  if (o.nesterov && o.momentum == 0.0)
+    fail(where_of(cfg, origins, {"optimizer.nesterov", "optimizer.momentum"}), "optimizer.nesterov",
+         "nesterov = true needs momentum, but optimizer.momentum = 0; "
+         "set optimizer.momentum > 0 (e.g. 0.9) or optimizer.nesterov = false");
+
+  if (s.kind == ScheduleKind::cosine && s.min_lr > o.lr)
+    fail(where_of(cfg, origins, {"schedule.min_lr", "optimizer.lr", "schedule.kind"}), "schedule.min_lr",
+         fmt::format("schedule.min_lr = {} is above optimizer.lr = {} with schedule.kind = \"cosine\"; "
+                     "allowed: schedule.min_lr <= optimizer.lr",
+                     s.min_lr, o.lr));
+
+  if (t.steps > 0 && s.warmup_steps >= t.steps)
+    fail(where_of(cfg, origins, {"schedule.warmup_steps", "train.steps"}), "schedule.warmup_steps",
+         fmt::format("schedule.warmup_steps = {} is not below train.steps = {}; "
+                     "allowed: schedule.warmup_steps < train.steps",
+                     s.warmup_steps, t.steps));
+
+  if (t.steps == 0 && t.epochs == 0)
+    fail(where_of(cfg, origins, {"train.epochs", "train.steps"}), "train.epochs",
+         "train.epochs = 0 and train.steps = 0 leave nothing to train; "
+         "allowed: train.epochs >= 1, or train.steps >= 1");
+}
+
+}  // namespace deck
+
+void resolve_layout(Config& cfg, int world_size) {
+  auto& p = cfg.parallel;
+  const std::string deck = cfg.deck_path.empty() ? std::string("deck") : cfg.deck_path;
+  const auto fail = [&](std::string_view key, const std::string& what) {
+    throw InputError(fmt::format("{}: {}: {}", deck, key, what));
+  };
+
+  if (world_size < 1) fail("parallel", fmt::format("the world has {} ranks; need at least 1", world_size));
+
+  // This version implements data parallelism only.
+  const auto unsupported = [&](std::string_view key, int value, int allowed) {
+    fail(key, fmt::format("{} requested, but this version supports data parallelism only; set {} = {}",
+                          value, key, allowed));
+  };
+  if (p.tensor > 1) unsupported("parallel.tensor", p.tensor, 1);
+  if (p.pipeline > 1) unsupported("parallel.pipeline", p.pipeline, 1);
+  if (p.zero > 0) unsupported("parallel.zero", p.zero, 0);
+
+  // Resolve data = 0 and check that the grid fills the world.
+  const int model_ranks = p.tensor * p.pipeline;
+  const bool divides = world_size % model_ranks == 0;
+  int data = p.data;
+  if (data == 0) {
+    if (!divides)
+      fail("parallel", fmt::format("tensor={} x pipeline={} = {} does not divide the {} ranks mpirun started; "
+                                   "run on a multiple of {} ranks",
+                                   p.tensor, p.pipeline, model_ranks, world_size, model_ranks));
+    data = world_size / model_ranks;
+  }
+  const long long grid = static_cast<long long>(data) * model_ranks;
+  if (grid != world_size) {
+    const std::string fix = divides ? fmt::format("set parallel.data = {} or run on {} ranks",
+                                                  world_size / model_ranks, grid)
+                                    : fmt::format("run on {} ranks", grid);
+    fail("parallel", fmt::format("data={} x tensor={} x pipeline={} = {} ranks, but mpirun started {}; {}",
+                                 data, p.tensor, p.pipeline, grid, world_size, fix));
+  }
+
+  // Split the global batch over data ranks and micro-batches.
+  const long long parts = static_cast<long long>(data) * p.micro_batches;
+  const int batch = cfg.train.global_batch;
+  if (batch % parts != 0) {
+    const long long lower = batch / parts * parts;
+    const long long upper = lower + parts;
+    const std::string nearest = lower > 0 ? fmt::format("{} or {}", lower, upper) : fmt::format("{}", upper);
+    fail("train.global_batch",
+         fmt::format("{} does not split evenly over parallel.data={} x parallel.micro_batches={} = {} "
+                     "parts; allowed: a multiple of {} (e.g. {})",
+                     batch, data, p.micro_batches, parts, parts, nearest));
+  }
+
+  p.data = data;
+  cfg.resolved_toml = to_toml(cfg);
+}
+
+}  // namespace tessera

@@ -1,0 +1,318 @@
+// The deck schema: every key of docs/deck.md, one row each. Defaults come from a default Config.
+#include "core/deck_schema.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+namespace tessera::deck {
+namespace {
+
+// Ranges, read as they are written in docs/deck.md.
+Range at_least(double lo, std::string_view note = {}) { return {Bound{lo}, std::nullopt, note}; }
+Range above(double lo) { return {Bound{lo, true}, std::nullopt, {}}; }
+Range closed(double lo, double hi) { return {Bound{lo}, Bound{hi}, {}}; }
+Range closed_open(double lo, double hi) { return {Bound{lo}, Bound{hi, true}, {}}; }
+Range open_closed(double lo, double hi) { return {Bound{lo, true}, Bound{hi}, {}}; }
+
+enum class Text { any, non_empty };
+
+template <class>
+inline constexpr bool kAlwaysFalse = false;
+
+/// Builds the rows of one section; `Sec` is the section's member of Config.
+template <auto Sec>
+struct Section {
+  std::string_view name;
+
+  KeySpec row(std::string_view key, KeyType type, std::string_view doc) const {
+    KeySpec k;
+    k.section = name;
+    k.name = key;
+    k.type = type;
+    k.doc = doc;
+    return k;
+  }
+
+  template <auto Mem>
+  static auto& field(Config& c) { return (c.*Sec).*Mem; }
+  template <auto Mem>
+  static const auto& field(const Config& c) { return (c.*Sec).*Mem; }
+
+  /// An integer, float or integer-array key.
+  template <auto Mem>
+  KeySpec key(std::string_view key, Range range, std::string_view doc) const {
+    using T = std::remove_cvref_t<decltype(field<Mem>(std::declval<Config&>()))>;
+    KeySpec k = row(key, KeyType::integer, doc);
+    k.range = range;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      k.int_min = std::is_signed_v<T> ? std::int64_t{std::numeric_limits<T>::min()} : 0;
+      k.int_max = static_cast<std::int64_t>(
+          std::min<std::uint64_t>(std::numeric_limits<T>::max(), INT64_MAX));
+      k.get = [](const Config& c) -> Value { return static_cast<std::int64_t>(field<Mem>(c)); };
+      k.set = [](Config& c, const Value& v) { field<Mem>(c) = static_cast<T>(std::get<std::int64_t>(v)); };
+    } else if constexpr (std::is_floating_point_v<T>) {
+      k.type = KeyType::floating;
+      k.get = [](const Config& c) -> Value { return static_cast<double>(field<Mem>(c)); };
+      k.set = [](Config& c, const Value& v) { field<Mem>(c) = static_cast<T>(std::get<double>(v)); };
+    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+      k.type = KeyType::int_array;
+      k.int_min = std::numeric_limits<int>::min();
+      k.int_max = std::numeric_limits<int>::max();
+      k.get = [](const Config& c) -> Value {
+        const auto& src = field<Mem>(c);
+        return std::vector<std::int64_t>(src.begin(), src.end());
+      };
+      k.set = [](Config& c, const Value& v) {
+        const auto& src = std::get<std::vector<std::int64_t>>(v);
+        field<Mem>(c).assign(src.begin(), src.end());
+      };
+    } else {
+      static_assert(kAlwaysFalse<T>, "key<>() takes integer, float and std::vector<int> members");
+    }
+    return k;
+  }
+
+  template <auto Mem>
+  KeySpec flag(std::string_view key, std::string_view doc) const {
+    KeySpec k = row(key, KeyType::boolean, doc);
+    k.get = [](const Config& c) -> Value { return static_cast<bool>(field<Mem>(c)); };
+    k.set = [](Config& c, const Value& v) { field<Mem>(c) = std::get<bool>(v); };
+    return k;
+  }
+
+  template <auto Mem>
+  KeySpec text(std::string_view key, Text rule, std::string_view doc) const {
+    KeySpec k = row(key, KeyType::string, doc);
+    k.non_empty = rule == Text::non_empty;
+    k.get = [](const Config& c) -> Value { return std::string(field<Mem>(c)); };
+    k.set = [](Config& c, const Value& v) { field<Mem>(c) = std::get<std::string>(v); };
+    return k;
+  }
+
+  template <auto Mem, class E, std::size_t N>
+  KeySpec choice(std::string_view key, const Choice<E> (&table)[N], std::string_view doc) const {
+    KeySpec k = row(key, KeyType::choice, doc);
+    for (const auto& c : table) k.choices.push_back(c.name);
+    k.get = [&table](const Config& c) -> Value {
+      for (const auto& ch : table)
+        if (ch.value == field<Mem>(c)) return std::string(ch.name);
+      return std::string("?");
+    };
+    k.set = [&table](Config& c, const Value& v) {
+      for (const auto& ch : table)
+        if (ch.name == std::get<std::string>(v)) field<Mem>(c) = ch.value;
+    };
+    return k;
+  }
+};
+
+std::vector<KeySpec> build_schema() {
+  constexpr Section<&Config::run> run{"run"};
+  constexpr Section<&Config::data> data{"data"};
+  constexpr Section<&Config::model> model{"model"};
+  constexpr Section<&Config::parallel> parallel{"parallel"};
+  constexpr Section<&Config::optimizer> optimizer{"optimizer"};
+  constexpr Section<&Config::schedule> schedule{"schedule"};
+  constexpr Section<&Config::train> train{"train"};
+  constexpr Section<&Config::eval> eval{"eval"};
+  constexpr Section<&Config::checkpoint> checkpoint{"checkpoint"};
+  constexpr Section<&Config::comm> comm{"comm"};
+  using R = RunConfig;
+  using D = DataConfig;
+  using M = ModelConfig;
+  using P = ParallelConfig;
+  using O = OptimizerConfig;
+  using S = ScheduleConfig;
+  using T = TrainConfig;
+  using E = EvalConfig;
+  using C = CheckpointConfig;
+  // clang-format off
+  return {
+    run.key<&R::seed>("seed", at_least(0), "seed of every random stream: initial weights, data order, dropout"),
+    run.text<&R::output_dir>("output_dir", Text::non_empty, "directory of log.txt, metrics.csv, summary.json and checkpoints/"),
+    run.flag<&R::overwrite>("overwrite", "allow replacing another run's outputs in output_dir"),
+    run.key<&R::blas_threads>("blas_threads", at_least(0), "BLAS threads per rank; 0: cores on the node / ranks on the node, at least 1"),
+
+    data.text<&D::path>("path", Text::non_empty, "HDF5 dataset file (see `tessera prepare`)"),
+    data.text<&D::train_split>("train_split", Text::non_empty, "group of the training split"),
+    data.text<&D::test_split>("test_split", Text::non_empty, "group of the evaluation split"),
+    data.flag<&D::cache>("cache", "read each split once per rank into memory instead of per batch"),
+
+    model.choice<&M::kind>("kind", kModelKinds, "model family"),
+    model.key<&M::hidden>("hidden", at_least(1), "widths of the hidden layers, input to output; [] is a linear model"),
+    model.choice<&M::activation>("activation", kActivations, "activation after each hidden layer"),
+    model.choice<&M::loss>("loss", kLossKinds, "auto: cross-entropy for a dataset with labels, MSE for one with targets"),
+
+    parallel.key<&P::data>("data", at_least(0), "data-parallel ranks; 0: world size / (tensor * pipeline)"),
+    parallel.key<&P::tensor>("tensor", at_least(1), "tensor-parallel ranks (this version: 1)"),
+    parallel.key<&P::pipeline>("pipeline", at_least(1), "pipeline stages (this version: 1)"),
+    parallel.key<&P::micro_batches>("micro_batches", at_least(1), "micro-batches per data-parallel rank and step (gradients accumulate)"),
+    parallel.choice<&P::schedule>("schedule", kPipelineSchedules, "pipeline schedule"),
+    parallel.key<&P::zero>("zero", closed(0, 3), "ZeRO stage: 0 off, 1 optimizer state, 2 and gradients, 3 and parameters (this version: 0)"),
+
+    optimizer.choice<&O::kind>("kind", kOptimizerKinds, "optimizer"),
+    optimizer.key<&O::lr>("lr", above(0), "peak learning rate (the schedule scales it)"),
+    optimizer.key<&O::momentum>("momentum", closed_open(0, 1), "sgd: momentum"),
+    optimizer.flag<&O::nesterov>("nesterov", "sgd: Nesterov momentum (needs momentum > 0)"),
+    optimizer.key<&O::weight_decay>("weight_decay", at_least(0), "sgd: L2 term added to the gradient; adamw: decoupled decay"),
+    optimizer.key<&O::beta1>("beta1", closed_open(0, 1), "adamw: decay of the first moment"),
+    optimizer.key<&O::beta2>("beta2", closed_open(0, 1), "adamw: decay of the second moment"),
+    optimizer.key<&O::eps>("eps", above(0), "adamw: added to the root of the second moment"),
+    optimizer.key<&O::clip_grad_norm>("clip_grad_norm", at_least(0), "clip the global gradient norm to this; 0: no clipping"),
+
+    schedule.choice<&S::kind>("kind", kScheduleKinds, "learning-rate schedule after the warm-up"),
+    schedule.key<&S::warmup_steps>("warmup_steps", at_least(0), "linear warm-up from 0 to optimizer.lr over this many steps (all kinds)"),
+    schedule.key<&S::min_lr>("min_lr", at_least(0), "cosine: learning rate reached at the last step"),
+    schedule.key<&S::step_size>("step_size", at_least(1), "step: multiply the learning rate by gamma every step_size steps"),
+    schedule.key<&S::gamma>("gamma", open_closed(0, 1), "step: factor applied every step_size steps"),
+
+    train.key<&T::epochs>("epochs", at_least(0, "(>= 1 unless train.steps > 0)"), "passes over the training split"),
+    train.key<&T::steps>("steps", at_least(0), "optimizer steps; when > 0 it wins over epochs"),
+    train.key<&T::global_batch>("global_batch", at_least(1), "samples per optimizer step, summed over all ranks"),
+    train.key<&T::log_every>("log_every", at_least(1), "log a train row to metrics.csv every this many steps"),
+    train.flag<&T::drop_last>("drop_last", "drop the last partial global batch of an epoch"),
+
+    eval.flag<&E::every_epoch>("every_epoch", "evaluate on the test split at the end of every epoch"),
+    eval.key<&E::every_steps>("every_steps", at_least(0), "also evaluate every this many steps; 0: off"),
+    eval.flag<&E::at_end>("at_end", "evaluate once more at the end of training"),
+    eval.key<&E::batch>("batch", at_least(1), "samples per rank per evaluation batch"),
+
+    checkpoint.key<&C::every_steps>("every_steps", at_least(0), "write a checkpoint every this many steps; 0: only at the end"),
+    checkpoint.key<&C::keep>("keep", at_least(0), "newest complete checkpoints kept; 0 keeps all"),
+    checkpoint.flag<&C::at_end>("at_end", "write a checkpoint at the end of training"),
+
+    comm.choice<&CommConfig::allreduce>("allreduce", kAllreduceAlgorithms, "gradient allreduce algorithm"),
+  };
+  // clang-format on
+}
+
+std::string number(double v) { return fmt::format("{}", v); }
+
+std::string range_text(const Range& r) {
+  std::string s;
+  if (r.lo && r.hi) {
+    s = fmt::format("in {}{}, {}{}", r.lo->open ? "(" : "[", number(r.lo->value), number(r.hi->value),
+                    r.hi->open ? ")" : "]");
+  } else if (r.lo) {
+    s = fmt::format("{} {}", r.lo->open ? ">" : ">=", number(r.lo->value));
+  } else if (r.hi) {
+    s = fmt::format("{} {}", r.hi->open ? "<" : "<=", number(r.hi->value));
+  }
+  if (!r.note.empty()) s += (s.empty() ? "" : " ") + std::string(r.note);
+  return s;
+}
+
+std::string with_range(std::string noun, const Range& r) {
+  const std::string t = range_text(r);
+  return t.empty() ? noun : noun + " " + t;
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> keys = build_schema();
+  return keys;
+}
+
+const std::vector<std::string_view>& sections() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    for (const auto& k : schema())
+      if (out.empty() || out.back() != k.section) out.push_back(k.section);
+    return out;
+  }();
+  return names;
+}
+
+const KeySpec* find_key(std::string_view section, std::string_view name) {
+  for (const auto& k : schema())
+    if (k.section == section && k.name == name) return &k;
+  return nullptr;
+}
+
+std::string KeySpec::full_name() const { return fmt::format("{}.{}", section, name); }
+
+std::string_view KeySpec::type_name() const {
+  switch (type) {
+    case KeyType::integer: return "integer";
+    case KeyType::floating: return "float";
+    case KeyType::boolean: return "boolean";
+    case KeyType::string: return "string";
+    case KeyType::int_array: return "integer array";
+    case KeyType::choice: return "enum";
+  }
+  return "?";
+}
+
+std::string KeySpec::allowed() const {
+  switch (type) {
+    case KeyType::integer:
+      // Show the range when the integer closed form reads better ("in 0..3").
+      if (range.lo && range.hi && !range.lo->open && !range.hi->open)
+        return fmt::format("an integer in {}..{}", number(range.lo->value), number(range.hi->value));
+      return with_range("an integer", range);
+    case KeyType::floating: return with_range("a float", range);
+    case KeyType::boolean: return "true or false";
+    case KeyType::string: return non_empty ? "a non-empty string" : "a string";
+    case KeyType::int_array: return with_range("an array of integers", range) + ", possibly empty";
+    case KeyType::choice: {
+      std::string s = "one of";
+      for (std::size_t i = 0; i < choices.size(); ++i)
+        s += fmt::format("{} \"{}\"", i == 0 ? "" : ",", choices[i]);
+      return s;
+    }
+  }
+  return "?";
+}
+
+std::string format_value(const KeySpec& key, const Value& v) {
+  switch (key.type) {
+    case KeyType::integer: return fmt::format("{}", std::get<std::int64_t>(v));
+    case KeyType::floating: {
+      // Shortest text that reads back to the same double, always with a '.' or an exponent so
+      // that it stays a TOML float.
+      std::string s = fmt::format("{}", std::get<double>(v));
+      if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+      return s;
+    }
+    case KeyType::boolean: return std::get<bool>(v) ? "true" : "false";
+    case KeyType::string:
+    case KeyType::choice: return quote(std::get<std::string>(v));
+    case KeyType::int_array: {
+      const auto& a = std::get<std::vector<std::int64_t>>(v);
+      return fmt::format("[{}]", fmt::join(a, ", "));
+    }
+  }
+  return "?";
+}
+
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
+          out += fmt::format("\\u{:04X}", static_cast<unsigned char>(ch));
+        else
+          out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+bool in_range(const Range& r, double v) {
+  if (r.lo && (r.lo->open ? !(v > r.lo->value) : !(v >= r.lo->value))) return false;
+  if (r.hi && (r.hi->open ? !(v < r.hi->value) : !(v <= r.hi->value))) return false;
+  return true;
+}
+
+}  // namespace tessera::deck
