@@ -1,7 +1,8 @@
 // peak_flops: what this machine can do in fp32, as the yardstick for Tessera's MFU.
 //
 //   (a) FMA peak of one core: independent FMA chains held in registers (AVX-512 and AVX2+FMA);
-//   (b) the same on every allowed core (at most 2), one pinned std::thread per core, summed;
+//   (b) the same on every allowed core (at most 2), one pinned std::thread per core, all FMAs
+//       over the common wall time;
 //   (c) cblas_sgemm (row-major) at square sizes and at the MLP 784-512-512-10's own shapes,
 //       with 1 and 2 OpenBLAS threads, each checked against a naive reference before it is timed.
 //
@@ -132,13 +133,14 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
-// Median GFLOP/s of `threads` concurrent chains, one std::thread pinned per allowed CPU; the
-// figure of one repetition is the sum of the threads' own rates.
+// Median GFLOP/s of `threads` concurrent chains, one std::thread pinned per allowed CPU. One
+// repetition counts all threads' FMAs over the wall time from the first start to the last finish,
+// so threads that were time-sliced rather than run side by side do not add up to a false sum.
 double fma_peak(Isa isa, int threads, long iters, int reps) {
   const std::vector<int> cpus = allowed_cpus();
   std::vector<double> rates;
   for (int rep = 0; rep < reps + 1; ++rep) {  // the first repetition is the warm-up
-    std::vector<double> dt(threads);
+    std::vector<Clock::time_point> begin(threads), end(threads);
     std::latch start(threads);
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
@@ -150,14 +152,17 @@ double fma_peak(Isa isa, int threads, long iters, int reps) {
           std::fprintf(stderr, "warning: could not pin thread %d to CPU %d; running unpinned\n", t,
                        cpus[t % cpus.size()]);
         start.arrive_and_wait();
-        dt[t] = time_fma_chains(isa, iters);
+        begin[t] = Clock::now();
+        time_fma_chains(isa, iters);
+        end[t] = Clock::now();
       });
     }
     for (auto& th : pool) th.join();
     if (rep == 0) continue;
-    double rate = 0.0;
-    for (double s : dt) rate += fma_flops(isa, iters) / s * 1e-9;
-    rates.push_back(rate);
+    const double wall = std::chrono::duration<double>(*std::max_element(end.begin(), end.end()) -
+                                                      *std::min_element(begin.begin(), begin.end()))
+                            .count();
+    rates.push_back(threads * fma_flops(isa, iters) / wall * 1e-9);
   }
   return median(rates);
 }
