@@ -76,6 +76,9 @@ print(f"{float(s['samples_per_s']):.0f},{float(s['test_accuracy']):.4f}")
 PY
 }
 
+# The machine is shared: record its load so that the table says how quiet the sitting was.
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+
 # Yardsticks first, under each coretype.
 for coretype in "${coretypes[@]}"; do
   echo "== peak_flops, coretype $coretype"
@@ -101,9 +104,11 @@ for ((rep = 1; rep <= reps; rep++)); do
 done
 
 # The table: medians, ratio to the best peer, MFU against both yardsticks.
-"$PEER_PYTHON" - "$csv" "$results" "$epochs" "$reps" >"$md" <<'PY'
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+"$PEER_PYTHON" - "$csv" "$results" "$epochs" "$reps" "$load_start" "$load_end" >"$md" <<'PY'
 import csv, statistics, sys
 rows, results, epochs, reps = list(csv.DictReader(open(sys.argv[1]))), sys.argv[2], sys.argv[3], sys.argv[4]
+load_start, load_end = sys.argv[5], sys.argv[6]
 # FLOPs per training sample of the MLP 784-512-512-10 (matrix products only): forward 2*sum(in*out);
 # backward = weight gradients (2*in*out each) + input gradients (2*in*out each, none for layer 1).
 layers = [(784, 512), (512, 512), (512, 10)]
@@ -113,7 +118,8 @@ per_sample = fwd + bwd
 print(f"# MLP 784-512-512-10: Tessera vs the PyTorch peer\n")
 print(f"{epochs} epochs per run, median of {reps} runs, peers with SGD. FLOPs per training sample "
       f"(matrix products only): forward {fwd:,} + backward {bwd:,} (twice the forward, less the "
-      f"first layer's input gradient) = {per_sample:,}.\n")
+      f"first layer's input gradient) = {per_sample:,}. Load average (1, 5, 15 min) at the start "
+      f"{load_start}, at the end {load_end}.\n")
 for coretype in dict.fromkeys(r['coretype'] for r in rows):
     peak = list(csv.DictReader(open(f"{results}/peak_flops_{coretype}.csv")))
     fma = max(float(p['gflops']) for p in peak if p['what'].startswith('fma_') and p['threads'] == '2')
@@ -128,7 +134,7 @@ for coretype in dict.fromkeys(r['coretype'] for r in rows):
                statistics.median(float(r['test_acc']) for r in v), len(v)) for k, v in groups.items()}
     best_peer = max((v[0], k) for k, v in med.items() if k[0] != 'tessera')
     print(f"## OPENBLAS_CORETYPE={coretype} (OpenBLAS kernels: {core})\n")
-    print(f"Yardsticks: 2-core FMA peak {fma:.0f} GFLOP/s; 2-thread SGEMM 2048^3 {gemm:.0f} GFLOP/s. "
+    print(f"Yardsticks: 2-core FMA peak (best ISA) {fma:.0f} GFLOP/s; 2-thread SGEMM 2048^3 {gemm:.0f} GFLOP/s. "
           f"Best peer: {best_peer[1][1]} ({best_peer[0]:.0f} samples/s).\n")
     print("| who | config | runs | samples/s | test acc | vs best peer | GFLOP/s | MFU (FMA peak) | MFU (SGEMM 2048) |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
