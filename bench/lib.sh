@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Functions shared by peers.sh and mlp_compare.sh. Source it; it runs nothing by itself.
+#
+# Coretype labels: "Haswell" pins OpenBLAS to its AVX2 kernels (this machine's default
+# environment); "unset" removes OPENBLAS_CORETYPE so OpenBLAS picks its own (AVX-512) kernels.
+#
+# Peer configurations of mlp_torch.py (the name says torch threads, OpenBLAS threads, processes):
+#   torch1_ob1   --threads 1, OPENBLAS_NUM_THREADS=1
+#   torch1_ob2   --threads 1, OPENBLAS_NUM_THREADS=2
+#   torch2_ob2   --threads 2, OPENBLAS_NUM_THREADS=2
+#   ddp2_torch1  --ddp 2 --threads 1 (2 gloo processes), OPENBLAS_NUM_THREADS=1 in each
+
+# The Python that has torch (the pyenv python3 on PATH lacks it).
+PEER_PYTHON=${PEER_PYTHON:-/usr/bin/python3}
+
+# \brief Print the folder of the fixed PyTorch peers: ../shared/peers next to the repository,
+# else $PEERS_DIR. Fails with a hint when neither holds mlp_torch.py.
+peers_dir() {
+  local top dir
+  top=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel 2>/dev/null || true)
+  for dir in "${top:+$top/../shared/peers}" "${PEERS_DIR:-}"; do
+    if [[ -n "$dir" && -f "$dir/mlp_torch.py" ]]; then
+      (cd "$dir" && pwd)
+      return 0
+    fi
+  done
+  echo "error: mlp_torch.py not found in ${top:-<no git top>}/../shared/peers nor in PEERS_DIR='${PEERS_DIR:-}'" >&2
+  echo "---> HINT: export PEERS_DIR=/path/to/shared/peers" >&2
+  return 1
+}
+
+# \brief Run a command under a coretype label: "unset" removes OPENBLAS_CORETYPE, anything
+# else sets it.
+# \param $1 coretype label; the rest: the command.
+with_coretype() {
+  local coretype=$1
+  shift
+  if [[ "$coretype" == unset ]]; then
+    env -u OPENBLAS_CORETYPE "$@"
+  else
+    env OPENBLAS_CORETYPE="$coretype" "$@"
+  fi
+}
+
+# \brief The mlp_torch.py arguments and OPENBLAS_NUM_THREADS of a peer configuration,
+# printed as one line: "<openblas threads> <args...>".
+peer_config_args() {
+  case "$1" in
+    torch1_ob1) echo "1 --threads 1" ;;
+    torch1_ob2) echo "2 --threads 1" ;;
+    torch2_ob2) echo "2 --threads 2" ;;
+    ddp2_torch1) echo "1 --ddp 2 --threads 1" ;;
+    *)
+      echo "error: unknown peer configuration '$1' (allowed: torch1_ob1 torch1_ob2 torch2_ob2 ddp2_torch1)" >&2
+      return 1
+      ;;
+  esac
+}
+
+# \brief Run mlp_torch.py once, keep its log, and print "samples_per_s,test_acc" parsed from
+# its SUMMARY line. samples_per_s is the SUMMARY's median-epoch figure (global samples/s).
+# \param $1 configuration, $2 optimizer (sgd|adam), $3 coretype label, $4 epochs, $5 log file
+run_peer_mlp() {
+  local config=$1 opt=$2 coretype=$3 epochs=$4 log=$5 dir line ob_threads
+  local -a args
+  dir=$(peers_dir)
+  read -r ob_threads line <<<"$(peer_config_args "$config")"
+  read -r -a args <<<"$line"
+  if ! with_coretype "$coretype" env OPENBLAS_NUM_THREADS="$ob_threads" \
+      "$PEER_PYTHON" "$dir/mlp_torch.py" "${args[@]}" --opt "$opt" --epochs "$epochs" >"$log" 2>&1; then
+    echo "error: peer $config/$opt/$coretype failed; see $log" >&2
+    tail -n 5 "$log" >&2
+    return 1
+  fi
+  parse_peer_summary "$log"
+}
+
+# \brief Print "samples_per_s,test_acc" from the SUMMARY line of an mlp_torch.py log.
+parse_peer_summary() {
+  local line
+  line=$(grep '^SUMMARY' "$1" | tail -n 1) || {
+    echo "error: no SUMMARY line in $1" >&2
+    return 1
+  }
+  sed -E 's/.*median-epoch samples\/s=([0-9.]+).*final test_acc=([0-9.]+).*/\1,\2/' <<<"$line"
+}
+
+# \brief Median of numbers given as arguments.
+median() {
+  printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR == 0) exit 1; if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
+}
