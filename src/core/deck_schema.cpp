@@ -202,13 +202,13 @@ std::string range_text(const Range& r) {
   } else if (r.hi) {
     s = fmt::format("{} {}", r.hi->open ? "<" : "<=", number(r.hi->value));
   }
-  if (!r.note.empty()) s += (s.empty() ? "" : " ") + std::string(r.note);
+  if (!r.note.empty()) s = s.empty() ? std::string(r.note) : fmt::format("{} {}", s, r.note);
   return s;
 }
 
 std::string with_range(std::string noun, const Range& r) {
   const std::string t = range_text(r);
-  return t.empty() ? noun : noun + " " + t;
+  return t.empty() ? noun : fmt::format("{} {}", noun, t);
 }
 
 }  // namespace

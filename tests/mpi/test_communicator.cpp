@@ -1,0 +1,91 @@
+// The communicator on 1, 2 and 4 ranks: grid coordinates against the formula of DESIGN.md,
+// collectives against closed forms, and agree() turning one rank's error into everyone's.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "comm/communicator.hpp"
+#include "core/error.hpp"
+
+namespace tessera {
+namespace {
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+TEST(Communicator, GridFollowsTheRankFormula) {
+  const int n = world_size();
+  // Every factorisation n = dp * tp * pp.
+  for (int tp = 1; tp <= n; ++tp)
+    for (int pp = 1; pp <= n / tp; ++pp) {
+      if (n % (tp * pp) != 0) continue;
+      const int dp = n / (tp * pp);
+      Communicator c(MPI_COMM_WORLD, dp, tp, pp);
+      const auto g = c.coord();
+      EXPECT_EQ(c.rank(), c.world_rank_of(g.data, g.tensor, g.pipeline));
+      EXPECT_EQ(c.size(Group::data), dp);
+      EXPECT_EQ(c.size(Group::tensor), tp);
+      EXPECT_EQ(c.size(Group::pipeline), pp);
+      // Members of my data group share my t and p: the sum of their world ranks is known.
+      double sum = c.rank();
+      c.allreduce_sum(&sum, 1, Group::data);
+      double expected = 0;
+      for (int d = 0; d < dp; ++d) expected += c.world_rank_of(d, g.tensor, g.pipeline);
+      EXPECT_EQ(sum, expected);
+      double tsum = c.rank();
+      c.allreduce_sum(&tsum, 1, Group::tensor);
+      expected = 0;
+      for (int t = 0; t < tp; ++t) expected += c.world_rank_of(g.data, t, g.pipeline);
+      EXPECT_EQ(tsum, expected);
+      double psum = c.rank();
+      c.allreduce_sum(&psum, 1, Group::pipeline);
+      expected = 0;
+      for (int p = 0; p < pp; ++p) expected += c.world_rank_of(g.data, g.tensor, p);
+      EXPECT_EQ(psum, expected);
+      EXPECT_EQ(c.layout(1), "dp=" + std::to_string(dp) + ",tp=" + std::to_string(tp) +
+                                 ",pp=" + std::to_string(pp) + ",zero=1");
+    }
+}
+
+TEST(Communicator, AllreduceSumsFloatsOfAnyLength) {
+  const int n = world_size();
+  Communicator c(MPI_COMM_WORLD, n, 1, 1);
+  for (std::size_t len : {1u, 7u, 1000u, 1u << 20}) {
+    std::vector<float> v(len);
+    for (std::size_t i = 0; i < len; ++i) v[i] = static_cast<float>(c.rank() + 1) * static_cast<float>(i % 97);
+    c.allreduce_sum(v.data(), len, Group::data);
+    const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+    for (std::size_t i = 0; i < len; i += 997) ASSERT_EQ(v[i], ranks_sum * static_cast<float>(i % 97));
+  }
+  double m = c.rank();
+  c.allreduce_max(&m, 1, Group::world);
+  EXPECT_EQ(m, n - 1);
+}
+
+TEST(Communicator, BroadcastsStrings) {
+  Communicator c(MPI_COMM_WORLD, world_size(), 1, 1);
+  std::string s = c.rank() == 0 ? std::string(100000, 'x') + "end" : "";
+  c.broadcast(s, 0, Group::world);
+  EXPECT_EQ(s.size(), 100003u);
+  EXPECT_EQ(s.substr(s.size() - 3), "end");
+}
+
+TEST(Communicator, AgreeThrowsTheLowestFailingRanksErrorEverywhere) {
+  const int n = world_size();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  EXPECT_NO_THROW(agree(MPI_COMM_WORLD, ""));
+  const int failing = n - 1;  // only the last rank sees a problem
+  try {
+    agree(MPI_COMM_WORLD, rank >= failing ? "rank " + std::to_string(rank) + " failed" : "");
+    FAIL() << "no exception";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(failing) + " failed");
+  }
+}
+
+}  // namespace
+}  // namespace tessera
