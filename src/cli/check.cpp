@@ -56,11 +56,11 @@ void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t tra
   const std::int64_t micro = (cfg.train.global_batch + cfg.parallel.data * cfg.parallel.micro_batches - 1) /
                              (cfg.parallel.data * cfg.parallel.micro_batches);
   const std::int64_t rows = std::max<std::int64_t>(micro, cfg.eval.batch);
-  // Each layer keeps its output before and after the activation, plus the loss gradient and
-  // two gradient scratch buffers of the widest layer; the input batch is staged once.
-  std::int64_t act = 0, widest = 0;
-  for (std::size_t i = 1; i < widths.size(); ++i) { act += 2 * widths[i]; widest = std::max(widest, widths[i]); }
-  act = rows * (act + shape.outputs + 2 * widest);
+  // Each hidden layer keeps its output before and after the activation and its gradient; the
+  // output layer its logits and their gradient; the input batch is staged once.
+  std::int64_t act = 0;
+  for (int h : cfg.model.hidden) act += 3 * static_cast<std::int64_t>(h);
+  act = rows * (act + 2 * shape.outputs);
   const double p = 4.0 * static_cast<double>(params), o = p * states,
                a = 4.0 * static_cast<double>(act), d = 4.0 * static_cast<double>(micro * shape.in_features);
   std::cout << fmt::format("model: mlp {}-{}-{}, {} parameters; {} steps per epoch\n", shape.in_features,
