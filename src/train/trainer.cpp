@@ -263,9 +263,19 @@ double Trainer::train_step(double lr) {
     comm_.allreduce_sum(store.grads().data(), store.grads().size(), Group::data);
   }
 
-  // Norm, clipping and the update.
+  // Norm, clipping and the update. Without clipping the norm comes from the update's own pass
+  // over the gradient; a non-finite one then stops the run before anything is saved.
   auto t = timer_.time(Phase::optimizer, exec_);
-  const double grad_norm = std::sqrt(kernels::sum_squares(exec_, store.grads()));
+  double grad_norm = 0.0;
+  if (cfg_.optimizer.clip_grad_norm > 0.0) {
+    grad_norm = std::sqrt(kernels::sum_squares(exec_, store.grads()));
+    if (std::isfinite(grad_norm) && grad_norm > cfg_.optimizer.clip_grad_norm)
+      kernels::scale(exec_, store.grads(),
+                     static_cast<float>(cfg_.optimizer.clip_grad_norm / (grad_norm + 1e-6)));
+    opt_->step(exec_, store.values(), store.grads(), lr);
+  } else {
+    grad_norm = std::sqrt(opt_->step_sum_squares(exec_, store.values(), store.grads(), lr));
+  }
   double reduced[2] = {loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0};
   comm_.allreduce_sum(reduced, 2, Group::data);
   const double loss = reduced[0] / static_cast<double>(batch.size());
@@ -276,13 +286,11 @@ double Trainer::train_step(double lr) {
                         {"layout", comm_.layout(cfg_.parallel.zero)}};
     out_->summary(j);
     throw NumericError(fmt::format(
-        "non-finite loss or gradient at step {} (loss {}, gradient norm {}); the step was not "
-        "applied and the newest good checkpoint ({}) is intact. ---> HINT: lower optimizer.lr or "
-        "set optimizer.clip_grad_norm", state_.step + 1, loss, grad_norm, latest));
+        "non-finite loss or gradient at step {} (loss {}, gradient norm {}); the run stopped "
+        "before saving anything of this step, and the newest checkpoint ({}) is intact. "
+        "---> HINT: lower optimizer.lr or set optimizer.clip_grad_norm",
+        state_.step + 1, loss, grad_norm, latest));
   }
-  if (cfg_.optimizer.clip_grad_norm > 0.0 && grad_norm > cfg_.optimizer.clip_grad_norm)
-    kernels::scale(exec_, store.grads(), static_cast<float>(cfg_.optimizer.clip_grad_norm / (grad_norm + 1e-6)));
-  opt_->step(exec_, store.values(), store.grads(), lr);
   return loss;
 }
 
