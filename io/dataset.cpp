@@ -323,7 +323,11 @@ SupervisedSplit::SupervisedSplit(MPI_Comm comm, const std::string& path, const s
     if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
   });
   s.file = h5::open_parallel(comm, path);
+  // Collective calls, but each rank does its own MPI-IO read underneath: a batch's scattered rows
+  // gain nothing from two-phase aggregation, and Open MPI 4.1.4's OMPIO returns zeros for some
+  // rows of collective reads with data sieving on (open-mpi/ompi#10546; tests/mpi caught it).
   s.xfer = h5::collective_transfer();
+  TESSERA_H5(H5Pset_dxpl_mpio_collective_opt(s.xfer, H5FD_MPIO_INDIVIDUAL_IO));
   agree(comm, [&] {
     s.open_inputs();
     s.open_answers();

@@ -1,0 +1,254 @@
+#include "io/checkpoint_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+#include "io/agree.hpp"
+#include "io/h5.hpp"
+#include "io/mpi_check.hpp"
+
+namespace tessera::io {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::uint64_t product(std::span<const std::uint64_t> values) {
+  return std::accumulate(values.begin(), values.end(), std::uint64_t{1},
+                         [](std::uint64_t a, std::uint64_t b) { return a * b; });
+}
+
+// A bug in the caller, not bad input: the slab does not fit its own shape.
+void check_slab(const TensorSlab& t) {
+  const std::size_t rank = t.shape.size();
+  if (rank == 0 || t.offset.size() != rank || t.count.size() != rank) {
+    throw std::invalid_argument(fmt::format(
+        "checkpoint tensor {}: shape, offset and count must have the same rank >= 1", t.path));
+  }
+  if (product(t.count) == 0) return;
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (t.offset[d] + t.count[d] > t.shape[d]) {
+      throw std::invalid_argument(fmt::format(
+          "checkpoint tensor {}: hyperslab [{}, {}) of dimension {} exceeds its size {}", t.path,
+          t.offset[d], t.offset[d] + t.count[d], d, t.shape[d]));
+    }
+  }
+  if (t.data == nullptr) {
+    throw std::invalid_argument(fmt::format("checkpoint tensor {}: no data", t.path));
+  }
+}
+
+// Selects the hyperslab (offset, count) of file_space, or nothing if count has a zero, and
+// returns a matching one-dimensional memory space.
+h5::Dataspace select_slab(hid_t file_space, std::span<const std::uint64_t> offset,
+                          std::span<const std::uint64_t> count) {
+  const hsize_t elems = product(count);
+  hsize_t mem_elems = std::max<hsize_t>(elems, 1);
+  h5::Dataspace mem(TESSERA_H5(H5Screate_simple(1, &mem_elems, nullptr)));
+  if (elems == 0) {
+    TESSERA_H5(H5Sselect_none(file_space));
+    TESSERA_H5(H5Sselect_none(mem));
+    return mem;
+  }
+  std::vector<hsize_t> start(offset.begin(), offset.end()), extent(count.begin(), count.end());
+  TESSERA_H5(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, extent.data(),
+                                 nullptr));
+  return mem;
+}
+
+void write_tensor(hid_t file, const TensorSlab& t, hid_t xfer) {
+  std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+  h5::Dataspace file_space(
+      TESSERA_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
+  h5::PropList lcpl = h5::intermediate_groups();
+  h5::PropList dcpl(TESSERA_H5(H5Pcreate(H5P_DATASET_CREATE)));
+  TESSERA_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element gets written
+  h5::Dataset dataset(TESSERA_H5(
+      H5Dcreate2(file, t.path.c_str(), H5T_IEEE_F32LE, file_space, lcpl, dcpl, H5P_DEFAULT)));
+  h5::Dataspace mem = select_slab(file_space, t.offset, t.count);
+  const float dummy = 0.0f;
+  const float* data = product(t.count) > 0 ? t.data : &dummy;
+  TESSERA_H5(H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer, data));
+}
+
+void write_content(MPI_Comm comm, const std::string& path, const CheckpointContent& content) {
+  h5::File file = h5::create_parallel(comm, path);
+  for (const auto& [name, value] : content.root_attrs) h5::write_attr(file, name, value);
+  h5::write_attr(file, "format", std::string(kCheckpointFormat));
+  h5::write_attr(file, "format_version", kCheckpointFormatVersion);
+  for (const auto& [group_name, attrs] : content.group_attrs) {
+    h5::Group group = h5::open_or_create_group(file, group_name);
+    for (const auto& [name, value] : attrs) h5::write_attr(group, name, value);
+  }
+  h5::PropList xfer = h5::collective_transfer();
+  for (const TensorSlab& t : content.tensors) write_tensor(file, t, xfer);
+  file.close();
+}
+
+void fsync_path(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags);
+  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot open to sync: {}", path, std::strerror(errno)));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error(fmt::format("{}: fsync failed: {}", path, std::strerror(err)));
+}
+
+void create_parent_directory(const fs::path& path) {
+  if (!path.has_parent_path()) return;
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) {
+    throw InputError(fmt::format("{}: cannot create directory: {}", path.parent_path().string(),
+                                 ec.message()));
+  }
+}
+
+// Makes the temporary file durable, then renames it into place and makes the rename durable.
+void commit_file(const std::string& tmp_path, const fs::path& final_path) {
+  fsync_path(tmp_path, O_RDONLY);
+  std::error_code ec;
+  fs::rename(tmp_path, final_path, ec);
+  if (ec) {
+    throw std::runtime_error(fmt::format("cannot rename {} to {}: {}", tmp_path,
+                                         final_path.string(), ec.message()));
+  }
+  fs::path dir = final_path.has_parent_path() ? final_path.parent_path() : fs::path(".");
+  fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
+}
+
+}  // namespace
+
+void write_checkpoint(MPI_Comm comm, const std::string& final_path,
+                      const CheckpointContent& content) {
+  int rank = 0;
+  TESSERA_IO_MPI(MPI_Comm_rank(comm, &rank));
+  const std::string tmp_path = final_path + ".tmp";
+
+  // Check this rank's slabs; create the directory.
+  agree(comm, [&] {
+    for (const TensorSlab& t : content.tensors) check_slab(t);
+    if (rank == 0) create_parent_directory(final_path);
+  });
+
+  // Write every tensor collectively into the temporary file.
+  write_content(comm, tmp_path, content);
+
+  // Sync and rename on rank 0; the agreement is the closing barrier.
+  agree(comm, [&] {
+    if (rank == 0) commit_file(tmp_path, final_path);
+  });
+}
+
+struct CheckpointFile::Impl {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::string path;
+  h5::File file;
+
+  void check_format() const;
+  std::string missing(const std::string& dataset_path) const {
+    return fmt::format("{}: no dataset {}", path, dataset_path);
+  }
+};
+
+void CheckpointFile::Impl::check_format() const {
+  std::optional<Attr> format = h5::find_attr(file, "format");
+  const std::string* text = format ? std::get_if<std::string>(&*format) : nullptr;
+  if (text == nullptr || *text != kCheckpointFormat) {
+    throw InputError(fmt::format(
+        "{}: not a Tessera checkpoint (root attribute format is {}, expected \"{}\")", path,
+        format ? "\"" + to_string(*format) + "\"" : std::string("missing"), kCheckpointFormat));
+  }
+  std::optional<Attr> version = h5::find_attr(file, "format_version");
+  const auto* number = version ? std::get_if<std::int64_t>(&*version) : nullptr;
+  if (number == nullptr || *number < 1 || *number > kCheckpointFormatVersion) {
+    throw InputError(fmt::format(
+        "{}: checkpoint format_version is {}, this Tessera reads 1 to {}", path,
+        version ? to_string(*version) : std::string("missing"), kCheckpointFormatVersion));
+  }
+}
+
+CheckpointFile::CheckpointFile(MPI_Comm comm, const std::string& path)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->comm = comm;
+  impl_->path = path;
+  agree(comm, [&] {
+    if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
+  });
+  impl_->file = h5::open_parallel(comm, path);
+  agree(comm, [&] { impl_->check_format(); });
+}
+
+CheckpointFile::~CheckpointFile() = default;
+CheckpointFile::CheckpointFile(CheckpointFile&&) noexcept = default;
+CheckpointFile& CheckpointFile::operator=(CheckpointFile&&) noexcept = default;
+
+const std::string& CheckpointFile::path() const { return impl_->path; }
+
+std::map<std::string, Attr> CheckpointFile::root_attrs() const {
+  return h5::read_attrs(impl_->file);
+}
+
+std::map<std::string, Attr> CheckpointFile::group_attrs(const std::string& group) const {
+  if (!h5::is_group(impl_->file, group)) return {};
+  h5::Group g(TESSERA_H5(H5Gopen2(impl_->file, group.c_str(), H5P_DEFAULT)));
+  return h5::read_attrs(g);
+}
+
+bool CheckpointFile::has(const std::string& dataset_path) const {
+  return h5::is_dataset(impl_->file, dataset_path);
+}
+
+std::vector<std::uint64_t> CheckpointFile::shape(const std::string& dataset_path) const {
+  if (!has(dataset_path)) throw InputError(impl_->missing(dataset_path));
+  h5::Dataset dataset(TESSERA_H5(H5Dopen2(impl_->file, dataset_path.c_str(), H5P_DEFAULT)));
+  std::vector<hsize_t> dims = h5::dims(dataset);
+  return {dims.begin(), dims.end()};
+}
+
+std::vector<std::string> CheckpointFile::list(const std::string& group) const {
+  return h5::list_datasets(impl_->file, group);
+}
+
+void CheckpointFile::read(const std::string& dataset_path, std::span<const std::uint64_t> offset,
+                          std::span<const std::uint64_t> count, float* out) const {
+  h5::Dataset dataset;
+  agree(impl_->comm, [&] {
+    std::vector<std::uint64_t> dims = shape(dataset_path);
+    dataset = h5::Dataset(TESSERA_H5(H5Dopen2(impl_->file, dataset_path.c_str(), H5P_DEFAULT)));
+    h5::Datatype type(TESSERA_H5(H5Dget_type(dataset)));
+    if (H5Tget_class(type) != H5T_FLOAT) {
+      throw InputError(fmt::format("{}: dataset {} has type {}, expected float32", impl_->path,
+                                   dataset_path, h5::type_name(type)));
+    }
+    bool fits = offset.size() == dims.size() && count.size() == dims.size();
+    for (std::size_t d = 0; fits && d < dims.size(); ++d) fits = offset[d] + count[d] <= dims[d];
+    if (!fits && product(count) > 0) {
+      throw InputError(fmt::format("{}: dataset {} has shape [{}], cannot read [{}] at [{}]",
+                                   impl_->path, dataset_path, fmt::join(dims, ","),
+                                   fmt::join(count, ","), fmt::join(offset, ",")));
+    }
+    if (product(count) > 0 && out == nullptr) {
+      throw std::invalid_argument("CheckpointFile::read: null output buffer");
+    }
+  });
+  h5::Dataspace file_space(TESSERA_H5(H5Dget_space(dataset)));
+  h5::Dataspace mem = select_slab(file_space, offset, count);
+  h5::PropList xfer = h5::collective_transfer();
+  float dummy = 0.0f;
+  TESSERA_H5(H5Dread(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer,
+                     product(count) > 0 ? out : &dummy));
+}
+
+}  // namespace tessera::io

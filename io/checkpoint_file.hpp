@@ -1,0 +1,81 @@
+#pragma once
+// The checkpoint HDF5 file (DESIGN.md "Checkpoints"): written collectively, each rank its own
+// hyperslab of every tensor, through a temporary file renamed into place; read back by hyperslab
+// in any other layout.
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/attr.hpp"
+
+namespace tessera::io {
+
+/// This rank's part of one float32 tensor.
+struct TensorSlab {
+  std::string path;                   ///< "model/layers.0.weight", "optimizer/layers.0.weight/momentum"
+  std::vector<std::uint64_t> shape;   ///< full logical shape, rank >= 1
+  std::vector<std::uint64_t> offset;  ///< this rank's hyperslab start
+  std::vector<std::uint64_t> count;   ///< this rank's hyperslab size; a zero anywhere: writes nothing
+  const float* data = nullptr;        ///< product(count) floats, row-major, host memory
+};
+
+/// Everything a checkpoint holds.
+struct CheckpointContent {
+  std::map<std::string, Attr> root_attrs;  ///< the writer adds format and format_version
+  std::map<std::string, std::map<std::string, Attr>> group_attrs;  ///< {"optimizer": {kind, step}}
+  std::vector<TensorSlab> tensors;  ///< float32 datasets; groups are created as needed
+};
+
+/// The value of the root attribute `format` of a checkpoint.
+inline constexpr const char* kCheckpointFormat = "tessera-checkpoint";
+/// The layout version this code writes and reads.
+inline constexpr std::int64_t kCheckpointFormatVersion = 1;
+
+/// \brief Writes a checkpoint to final_path. Must be called on every rank of comm with the same
+/// attributes and the same tensor list (paths, shapes, order), each rank with its own offset and
+/// count. Rank 0 creates the parent directory; all ranks write final_path + ".tmp" with the
+/// MPI-IO driver and collective transfers; rank 0 fsyncs it, renames it to final_path and fsyncs
+/// the directory; every rank returns after the rename. A crash mid-write leaves only the .tmp
+/// file. Errors are thrown on every rank.
+void write_checkpoint(MPI_Comm comm, const std::string& final_path,
+                      const CheckpointContent& content);
+
+/// \brief A checkpoint open for reading with the MPI-IO driver.
+class CheckpointFile {
+ public:
+  /// \brief Opens path. Must be called on every rank of comm. InputError naming the file (on every
+  /// rank) if it is missing, not HDF5, not a Tessera checkpoint or of a newer format_version.
+  CheckpointFile(MPI_Comm comm, const std::string& path);
+  ~CheckpointFile();
+  CheckpointFile(CheckpointFile&&) noexcept;
+  CheckpointFile& operator=(CheckpointFile&&) noexcept;
+
+  const std::string& path() const;
+  /// \brief The root attributes. Local: any rank may call it alone.
+  std::map<std::string, Attr> root_attrs() const;
+  /// \brief The attributes of a group ("optimizer", "train"); empty if there is no such group. Local.
+  std::map<std::string, Attr> group_attrs(const std::string& group) const;
+  /// \brief True if dataset_path ("model/layers.0.weight") is a dataset. Local.
+  bool has(const std::string& dataset_path) const;
+  /// \brief The shape of a dataset; InputError naming file and dataset if it is absent. Local.
+  std::vector<std::uint64_t> shape(const std::string& dataset_path) const;
+  /// \brief Dataset paths under group ("" for all), recursive, sorted: "model/layers.0.bias", ...
+  std::vector<std::string> list(const std::string& group) const;
+  /// \brief Reads the hyperslab (offset, count) of a float dataset into out (product(count)
+  /// floats, row-major). Must be called on every rank of comm, each with its own hyperslab; a
+  /// count with a zero reads nothing. InputError on every rank if any rank's dataset is absent, not
+  /// float, or its hyperslab does not fit the dataset's shape.
+  void read(const std::string& dataset_path, std::span<const std::uint64_t> offset,
+            std::span<const std::uint64_t> count, float* out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::io
