@@ -14,9 +14,9 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
-#include "io/agree.hpp"
+#include "comm/agree.hpp"
 #include "io/h5.hpp"
-#include "io/mpi_check.hpp"
+#include "comm/mpi_check.hpp"
 
 namespace tessera::io {
 
@@ -133,7 +133,7 @@ void commit_file(const std::string& tmp_path, const fs::path& final_path) {
 void write_checkpoint(MPI_Comm comm, const std::string& final_path,
                       const CheckpointContent& content) {
   int rank = 0;
-  TESSERA_IO_MPI(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
   const std::string tmp_path = final_path + ".tmp";
 
   // Check this rank's slabs; create the directory.

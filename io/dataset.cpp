@@ -11,9 +11,9 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
-#include "io/agree.hpp"
+#include "comm/agree.hpp"
 #include "io/h5.hpp"
-#include "io/mpi_check.hpp"
+#include "comm/mpi_check.hpp"
 
 namespace tessera::io {
 
@@ -261,8 +261,8 @@ void SupervisedSplit::Impl::open_answers() {
 // gave it) and throws the same InputError if any label is outside [0, classes).
 void SupervisedSplit::Impl::scan_labels() {
   int rank = 0, size = 1;
-  TESSERA_IO_MPI(MPI_Comm_rank(comm, &rank));
-  TESSERA_IO_MPI(MPI_Comm_size(comm, &size));
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
   const std::int64_t n = info.samples;
   const std::int64_t first = n * rank / size, last = n * (rank + 1) / size;
   select_range(answers, first, last - first);
@@ -273,7 +273,7 @@ void SupervisedSplit::Impl::scan_labels() {
     std::int64_t local_max = std::numeric_limits<std::int64_t>::min();
     for (std::int64_t k = 0; k < last - first; ++k)
       local_max = std::max(local_max, load_label(answers.buffer.data(), static_cast<std::size_t>(k)));
-    TESSERA_IO_MPI(MPI_Allreduce(&local_max, &info.classes, 1, MPI_INT64_T, MPI_MAX, comm));
+    MPI_CHECK(MPI_Allreduce(&local_max, &info.classes, 1, MPI_INT64_T, MPI_MAX, comm));
     info.classes = std::max<std::int64_t>(info.classes + 1, 1);
   }
   std::int64_t bad = n, bad_value = std::numeric_limits<std::int64_t>::min();
@@ -282,10 +282,10 @@ void SupervisedSplit::Impl::scan_labels() {
     if (label < 0 || label >= info.classes) bad = first + k, bad_value = label;
   }
   std::int64_t first_bad = n, value = 0;
-  TESSERA_IO_MPI(MPI_Allreduce(&bad, &first_bad, 1, MPI_INT64_T, MPI_MIN, comm));
+  MPI_CHECK(MPI_Allreduce(&bad, &first_bad, 1, MPI_INT64_T, MPI_MIN, comm));
   if (first_bad == n) return;
   if (bad != first_bad) bad_value = std::numeric_limits<std::int64_t>::min();
-  TESSERA_IO_MPI(MPI_Allreduce(&bad_value, &value, 1, MPI_INT64_T, MPI_MAX, comm));
+  MPI_CHECK(MPI_Allreduce(&bad_value, &value, 1, MPI_INT64_T, MPI_MAX, comm));
   throw InputError(fmt::format("{}: sample {} has label {}, expected 0 <= label < {}{}",
                                where(answers.name), first_bad, value, info.classes,
                                from_attr ? " (attribute classes)" : ""));

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "comm/agree.hpp"
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
 #include "io/dataset.hpp"
@@ -82,9 +83,9 @@ int check(const DeckArgs& args, int ranks) {
   const int n = ranks > 0 ? ranks : size;
   const Config cfg = load_config(args, n);
   // The data: rank 0 opens it alone (the grid being checked need not be this run's).
-  std::string error;
-  if (rank == 0) {
-    try {
+  agree(MPI_COMM_WORLD, [&] {
+    if (rank != 0) return;
+    {
       io::SupervisedSplit train(MPI_COMM_SELF, cfg.data.path, cfg.data.train_split, false);
       const ModelShape shape = model_shape(cfg, train.info());
       std::cout << "# resolved deck\n" << cfg.resolved_toml << "\n";
@@ -95,11 +96,8 @@ int check(const DeckArgs& args, int ranks) {
                                                     : fmt::format("{} targets", shape.outputs));
       print_estimate(cfg, shape, train.info().samples);
       std::cout << fmt::format("deck {} is valid for {} ranks\n", cfg.deck_path, n);
-    } catch (const InputError& e) {
-      error = e.what();
     }
-  }
-  agree(MPI_COMM_WORLD, error);
+  });
   return 0;
 }
 

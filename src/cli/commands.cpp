@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "blas/gemm.hpp"
+#include "comm/agree.hpp"
 #include "comm/communicator.hpp"
 #include "core/deck.hpp"
 #include "core/error.hpp"
@@ -76,31 +77,20 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
 int prepare_fashion_mnist(const std::string& out, const std::string& source) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::string error;
-  if (rank == 0) {
-    try {
-      io::prepare_fashion_mnist(source, out);
-      std::cout << fmt::format("wrote {} from {}\n", out, source);
-    } catch (const InputError& e) {
-      error = e.what();
-    }
-  }
-  agree(MPI_COMM_WORLD, error);
+  agree(MPI_COMM_WORLD, [&] {
+    if (rank != 0) return;
+    io::prepare_fashion_mnist(source, out);
+    std::cout << fmt::format("wrote {} from {}\n", out, source);
+  });
   return 0;
 }
 
 int inspect(const std::string& checkpoint) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::string error;
-  if (rank == 0) {
-    try {
-      io::inspect_checkpoint(checkpoint, std::cout);
-    } catch (const InputError& e) {
-      error = e.what();
-    }
-  }
-  agree(MPI_COMM_WORLD, error);
+  agree(MPI_COMM_WORLD, [&] {
+    if (rank == 0) io::inspect_checkpoint(checkpoint, std::cout);
+  });
   return 0;
 }
 

@@ -106,20 +106,4 @@ void Communicator::broadcast(std::string& s, int root, Group g) const {
 
 void Communicator::barrier(Group g) const { MPI_CHECK(MPI_Barrier(handle(g))); }
 
-void agree(MPI_Comm comm, const std::string& local_error) {
-  int rank = 0, size = 1;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  // Lowest failing rank, or size if none failed.
-  int mine = local_error.empty() ? size : rank, first = size;
-  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == size) return;
-  std::string message = local_error;
-  unsigned long long len = message.size();
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, first, comm));
-  message.resize(len);
-  MPI_CHECK(MPI_Bcast(message.data(), static_cast<int>(len), MPI_CHAR, first, comm));
-  throw InputError(message);
-}
-
 }  // namespace tessera

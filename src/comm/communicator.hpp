@@ -64,10 +64,4 @@ class Communicator {
            pipeline_ = MPI_COMM_NULL;
 };
 
-/// \brief Turns an error some ranks saw into one every rank throws. Collective over comm: each
-/// rank passes its local error text (empty if none); if any is non-empty, every rank throws
-/// InputError with the text of the lowest failing rank. Call where only some ranks may fail
-/// (opening a file, reading a directory), so no rank walks into the next collective alone.
-void agree(MPI_Comm comm, const std::string& local_error);
-
 }  // namespace tessera

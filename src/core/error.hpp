@@ -8,7 +8,7 @@
 //  - a local error (one rank's I/O broke, a bug): throw anything else; main() prints the rank and
 //    calls MPI_Abort so no rank is left hanging in a collective.
 // Where only some ranks may see a problem (one rank fails to open a file), use
-// tessera::agree() from comm/communicator.hpp to turn it into an error every rank throws.
+// tessera::agree() from comm/agree.hpp to turn it into an error every rank throws.
 #include <stdexcept>
 #include <string>
 

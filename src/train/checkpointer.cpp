@@ -10,6 +10,7 @@
 #include <fstream>
 #include <regex>
 
+#include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "io/checkpoint_file.hpp"
 
@@ -82,8 +83,9 @@ Checkpointer::Checkpointer(const Config& cfg, const Communicator& comm)
     : cfg_(cfg), comm_(comm), dir_((fs::path(cfg.run.output_dir) / "checkpoints").string()) {}
 
 std::string Checkpointer::find_latest() const {
-  std::string found, error;
-  if (comm_.is_root()) {
+  std::string found;
+  agree(comm_.handle(), [&] {
+    if (!comm_.is_root()) return;
     const fs::path latest = fs::path(dir_) / "latest";
     std::ifstream in(latest);
     std::string name;
@@ -92,10 +94,9 @@ std::string Checkpointer::find_latest() const {
       if (fs::exists(file))
         found = file.string();
       else
-        error = fmt::format("{}: names {}, which does not exist", latest.string(), name);
+        throw InputError(fmt::format("{}: names {}, which does not exist", latest.string(), name));
     }
-  }
-  agree(comm_.handle(), error);
+  });
   comm_.broadcast(found, 0, Group::world);
   return found;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "kernels/reduce.hpp"
 #include "optim/schedule.hpp"
@@ -201,10 +202,11 @@ std::int64_t Trainer::total_steps() const {
 
 std::string Trainer::prepare_output_dir(const ResumeRequest& resume) {
   const std::string latest = resume.mode == ResumeRequest::Mode::automatic ? ckpt_->find_latest() : "";
-  std::string error, resume_path;
+  std::string resume_path;
   if (resume.mode == ResumeRequest::Mode::path) resume_path = resume.path;
   if (resume.mode == ResumeRequest::Mode::automatic) resume_path = latest;
-  if (comm_.is_root()) {
+  agree(comm_.handle(), [&] {
+    if (!comm_.is_root()) return;
     const fs::path dir(cfg_.run.output_dir);
     std::string found;
     for (const char* f : run_files)
@@ -213,22 +215,20 @@ std::string Trainer::prepare_output_dir(const ResumeRequest& resume) {
     const bool finished = fs::exists(dir / "summary.json");
     if (!found.empty() && !continuing && !cfg_.run.overwrite &&
         (resume.mode == ResumeRequest::Mode::none || finished))
-      error = fmt::format("run.output_dir '{}' already holds a run ({}); continue it with --resume "
-                          "auto, or replace it with --set run.overwrite=true",
-                          cfg_.run.output_dir, found);
-    if (error.empty() && !continuing) {
+      throw InputError(fmt::format("run.output_dir '{}' already holds a run ({}); continue it "
+                                   "with --resume auto, or replace it with --set run.overwrite=true",
+                                   cfg_.run.output_dir, found));
+    if (!continuing) {
       // A fresh run: clear what an earlier run left so `latest` cannot point into it.
       std::error_code ec;
       for (const char* f : run_files) fs::remove(dir / f, ec);
       fs::remove_all(dir / "checkpoints", ec);
     }
-    if (error.empty()) {
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      if (ec) error = fmt::format("run.output_dir '{}': cannot create it: {}", dir.string(), ec.message());
-    }
-  }
-  agree(comm_.handle(), error);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec)
+      throw InputError(fmt::format("run.output_dir '{}': cannot create it: {}", dir.string(), ec.message()));
+  });
   return resume_path;
 }
 

@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include "comm/agree.hpp"
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
 
@@ -77,13 +78,26 @@ TEST(Communicator, AgreeThrowsTheLowestFailingRanksErrorEverywhere) {
   const int n = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  EXPECT_NO_THROW(agree(MPI_COMM_WORLD, ""));
+  EXPECT_NO_THROW(agree(MPI_COMM_WORLD, [] {}));
   const int failing = n - 1;  // only the last rank sees a problem
   try {
-    agree(MPI_COMM_WORLD, rank >= failing ? "rank " + std::to_string(rank) + " failed" : "");
+    agree(MPI_COMM_WORLD, [&] {
+      if (rank >= failing) throw InputError("rank " + std::to_string(rank) + " failed");
+    });
     FAIL() << "no exception";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(failing) + " failed");
+  }
+  // Any other exception becomes a runtime_error everywhere, with the same text.
+  try {
+    agree(MPI_COMM_WORLD, [&] {
+      if (rank == 0) throw std::logic_error("bug on rank 0");
+    });
+    FAIL() << "no exception";
+  } catch (const InputError&) {
+    FAIL() << "not an input error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "bug on rank 0");
   }
 }
 

@@ -1,13 +1,13 @@
-#include "io/agree.hpp"
+#include "comm/agree.hpp"
 
 #include <exception>
 #include <stdexcept>
 #include <string>
 
 #include "core/error.hpp"
-#include "io/mpi_check.hpp"
+#include "comm/mpi_check.hpp"
 
-namespace tessera::io {
+namespace tessera {
 
 namespace {
 
@@ -30,20 +30,20 @@ void agree(MPI_Comm comm, const std::function<void()>& body) {
 
   // Find the lowest failing rank.
   int rank = 0, size = 1;
-  TESSERA_IO_MPI(MPI_Comm_rank(comm, &rank));
-  TESSERA_IO_MPI(MPI_Comm_size(comm, &size));
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
   int mine = failure == Failure::none ? size : rank;
   int first = size;
-  TESSERA_IO_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
   if (first == size) return;
 
   // Broadcast its kind and message.
   int header[2] = {static_cast<int>(failure), static_cast<int>(message.size())};
-  TESSERA_IO_MPI(MPI_Bcast(header, 2, MPI_INT, first, comm));
+  MPI_CHECK(MPI_Bcast(header, 2, MPI_INT, first, comm));
   message.resize(static_cast<std::size_t>(header[1]));
-  TESSERA_IO_MPI(MPI_Bcast(message.data(), header[1], MPI_CHAR, first, comm));
+  MPI_CHECK(MPI_Bcast(message.data(), header[1], MPI_CHAR, first, comm));
   if (static_cast<Failure>(header[0]) == Failure::input) throw InputError(message);
   throw std::runtime_error(message);
 }
 
-}  // namespace tessera::io
+}  // namespace tessera

@@ -5,7 +5,7 @@
 
 #include <functional>
 
-namespace tessera::io {
+namespace tessera {
 
 /// \brief Runs body on this rank; if body throws on any rank of comm, every rank throws the
 /// error of the lowest failing rank (an InputError stays an InputError, anything else becomes
@@ -13,4 +13,4 @@ namespace tessera::io {
 /// itself call collectives: a rank that throws early would leave the others waiting.
 void agree(MPI_Comm comm, const std::function<void()>& body);
 
-}  // namespace tessera::io
+}  // namespace tessera
