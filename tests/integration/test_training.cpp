@@ -154,6 +154,38 @@ void expect_input_error(const RunResult& r, const std::string& needle) {
   EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
 }
 
+// Regression: a float32 dataset with `targets` trains with MSE, the same on 1 and 2 ranks,
+// and learns (a linear target is easy: the loss must fall by a large factor).
+TEST(Training, RegressionTargetsTrainWithMseOnAnyRankCount) {
+  const std::string dir = fresh_dir("regression");
+  const std::string file = dir + "/linear.h5";
+  const std::string script =
+      "import h5py,numpy as np,sys\n"
+      "r=np.random.default_rng(3)\n"
+      "w=r.normal(size=(8,2)).astype(np.float32)\n"
+      "with h5py.File(sys.argv[1],'w') as f:\n"
+      "  for s,n in (('train',2048),('test',512)):\n"
+      "    x=r.normal(size=(n,8)).astype(np.float32)\n"
+      "    f[s+'/inputs']=x; f[s+'/targets']=x@w\n";
+  std::ofstream(dir + "/make.py") << script;
+  const RunResult made = shell("/usr/bin/python3 " + dir + "/make.py " + file);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string args = "--set 'model.hidden=[16]' --set optimizer.lr=0.02 --set data.path=" + file;
+  std::map<std::int64_t, double> losses[2];
+  for (int ranks : {1, 2}) {
+    const std::string out = dir + "/np" + std::to_string(ranks);
+    const RunResult r = tessera(ranks, "train " + deck + " --set run.output_dir=" + out + " " + args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    losses[ranks - 1] = train_losses(out);
+  }
+  EXPECT_LE(max_relative_difference(losses[0], losses[1]), 1e-5);
+  EXPECT_LT(losses[0].rbegin()->second, 0.2 * losses[0].begin()->second);
+  // Classification-only settings are refused for a targets dataset.
+  expect_input_error(tessera(1, "train " + deck + " --set run.output_dir=" + dir + "/ce " + args +
+                                    " --set model.loss=cross_entropy"),
+                     "cross_entropy");
+}
+
 TEST(Errors, BadDeckAndLayoutGiveOneLineAndExitTwo) {
   const std::string dir = fresh_dir("errors_deck");
   expect_input_error(tessera(2, train_args(dir, "--set optimizer.momentun=0.5")), "did you mean 'optimizer.momentum'");
