@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # From a fresh clone: install, build (Release, CUDA wrappers on where the toolkit exists) and run
-# the whole test suite; then the unit tests again under AddressSanitizer + UBSan (Debug).
+# the whole test suite; then the whole suite again under AddressSanitizer + UBSan (Debug).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh build -DTESSERA_WERROR=ON
@@ -8,5 +8,6 @@ tools/setup.sh build -DTESSERA_WERROR=ON
 ctest --test-dir build --output-on-failure --timeout 900 -j 2
 if [[ ${TESSERA_SKIP_SANITIZERS:-0} != 1 ]]; then
   TESSERA_BUILD_TYPE=Debug TESSERA_CUDA=OFF tools/setup.sh build-asan -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON
-  ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure --timeout 900 -j 2 -L unit
+  # Leak checking is off: Open MPI and HDF5 keep allocations alive until exit by design.
+  ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure --timeout 900 -j 2
 fi

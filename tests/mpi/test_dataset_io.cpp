@@ -113,6 +113,8 @@ TEST(DatasetIo, Uint8InputsWithLabelsMatchWhatWasWritten) {
     write_u8_inputs(out, "train");
     write_labels(out, "train");
   });
+  std::vector<std::int64_t> last_rows;
+  std::vector<float> last_x;
   for (bool cache : {false, true}) {
     io::SupervisedSplit split(MPI_COMM_WORLD, path, "train", cache);
     const io::SplitInfo& info = split.info();
@@ -237,6 +239,8 @@ TEST(DatasetIo, FashionMnistReadOf64RandomRows) {
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
 
+  std::vector<std::int64_t> last_rows;
+  std::vector<float> last_x;
   for (bool cache : {false, true}) {
     io::SupervisedSplit split(MPI_COMM_WORLD, path, "train", cache);
     std::mt19937_64 rng(static_cast<unsigned>(world_rank()));
@@ -261,7 +265,16 @@ TEST(DatasetIo, FashionMnistReadOf64RandomRows) {
                   slowest * 1e6);
     }
     for (std::int32_t label : y) EXPECT_TRUE(label >= 0 && label < 10);
-    EXPECT_LT(slowest, 0.05) << "a 64-row read should take well under 50 ms";
+    // The timing is information, not an assertion; what is asserted is that both paths agree:
+    // the cached split returns the rows the streaming one read last.
+    if (cache) {
+      std::vector<float> again(64 * 784);
+      split.read(last_rows, again.data(), y.data(), nullptr);
+      EXPECT_EQ(again, last_x);
+    } else {
+      last_rows = rows;
+      last_x = x;
+    }
   }
 }
 
