@@ -16,6 +16,7 @@
 #include "io/inspect.hpp"
 #include "io/prepare.hpp"
 #include "train/checkpointer.hpp"
+#include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
 namespace tessera::cli {
@@ -53,9 +54,9 @@ int train(const DeckArgs& args, const std::string& resume) {
   const Config cfg = load_config(args, world_size());
   const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline);
   set_blas_threads(cfg, comm);
+  install_stop_handlers();
   Trainer trainer(cfg, comm, ResumeRequest::parse(resume));
-  trainer.run();
-  return 0;
+  return static_cast<int>(trainer.run());
 }
 
 int eval(const DeckArgs& args, const std::string& checkpoint) {

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "kernels/reduce.hpp"
 #include "optim/schedule.hpp"
+#include "train/stop_signal.hpp"
 
 namespace tessera {
 
@@ -276,15 +277,16 @@ double Trainer::train_step(double lr) {
   } else {
     grad_norm = std::sqrt(opt_->step_sum_squares(exec_, store.values(), store.grads(), lr));
   }
-  double reduced[2] = {loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0};
-  comm_.allreduce_sum(reduced, 2, Group::data);
+  // One small reduction per step: the loss, whether any rank saw a non-finite gradient, and
+  // whether any rank was asked to stop (so all stop after this same step).
+  double reduced[3] = {loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0, stop_signal() ? 1.0 : 0.0};
+  comm_.allreduce_sum(reduced, 3, Group::world);
+  stop_requested_ = reduced[2] > 0.0;
   const double loss = reduced[0] / static_cast<double>(batch.size());
   last_grad_norm_ = grad_norm;
   if (reduced[1] > 0.0 || !std::isfinite(loss)) {
     const std::string latest = last_checkpoint_step_ >= 0 ? fmt::format("step {}", last_checkpoint_step_) : "none";
-    nlohmann::json j = {{"status", "numerical_failure"}, {"steps", state_.step},
-                        {"layout", comm_.layout(cfg_.parallel.zero)}};
-    out_->summary(j);
+    out_->summary(summary("numerical_failure"));
     throw NumericError(fmt::format(
         "non-finite loss or gradient at step {} (loss {}, gradient norm {}); the run stopped "
         "before saving anything of this step, and the newest checkpoint ({}) is intact. "
@@ -354,7 +356,7 @@ void Trainer::checkpoint() {
   out_->log(fmt::format("checkpoint {} ({:.2f} s)", path, StepTimer::now() - t0));
 }
 
-void Trainer::run() {
+ExitCode Trainer::run() {
   const std::int64_t total = total_steps();
   const std::int64_t bpe = sampler_->batches_per_epoch();
   last_logged_step_ = state_.step;
@@ -385,32 +387,48 @@ void Trainer::run() {
       run_eval();
     if (cfg_.checkpoint.every_steps > 0 && state_.step % cfg_.checkpoint.every_steps == 0)
       checkpoint();
+    if (stop_requested_) return stop();
   }
   if (test_ && cfg_.eval.at_end && last_eval_step_ != state_.step) run_eval();
   if (cfg_.checkpoint.at_end && last_checkpoint_step_ != state_.step) checkpoint();
 
   const double wall = StepTimer::now() - run_start_wall_;
+  out_->summary(summary("completed"));
+  out_->log(fmt::format("done: {} steps in {}, final train loss {:.4f}{}", state_.step,
+                        format_duration(wall), last_loss_,
+                        last_eval_step_ >= 0 ? fmt::format(", test loss {:.4f} accuracy {:.4f}",
+                                                           last_eval_.loss, last_eval_.accuracy)
+                                             : std::string()));
+  return ExitCode::ok;
+}
+
+nlohmann::json Trainer::summary(const std::string& status) const {
   nlohmann::json j;
-  j["status"] = "completed";
+  j["status"] = status;
   j["steps"] = state_.step;
   j["epochs"] = static_cast<double>(state_.samples_seen) / static_cast<double>(sampler_->samples());
   j["final_train_loss"] = last_loss_;
   j["test_loss"] = last_eval_step_ >= 0 ? nlohmann::json(last_eval_.loss) : nlohmann::json(nullptr);
   j["test_accuracy"] = last_eval_step_ >= 0 && !std::isnan(last_eval_.accuracy)
                            ? nlohmann::json(last_eval_.accuracy) : nlohmann::json(nullptr);
-  j["samples_per_s"] = total_step_seconds_ > 0 ? static_cast<double>(total_samples_timed_) / total_step_seconds_ : 0.0;
-  j["wall_s"] = wall;
+  j["samples_per_s"] = total_step_seconds_ > 0
+                           ? static_cast<double>(total_samples_timed_) / total_step_seconds_ : 0.0;
+  j["wall_s"] = StepTimer::now() - run_start_wall_;
   j["layout"] = comm_.layout(cfg_.parallel.zero);
   j["ranks"] = comm_.size();
   j["parameters"] = model_->params().parameter_count();
   j["resumed_from_step"] = resumed_from_ >= 0 ? nlohmann::json(resumed_from_) : nlohmann::json(nullptr);
+  j["checkpoint_step"] = last_checkpoint_step_ >= 0 ? nlohmann::json(last_checkpoint_step_) : nlohmann::json(nullptr);
   j["output_dir"] = cfg_.run.output_dir;
-  out_->summary(j);
-  out_->log(fmt::format("done: {} steps in {}, final train loss {:.4f}{}", state_.step,
-                        format_duration(wall), last_loss_,
-                        last_eval_step_ >= 0 ? fmt::format(", test loss {:.4f} accuracy {:.4f}",
-                                                           last_eval_.loss, last_eval_.accuracy)
-                                             : std::string()));
+  return j;
+}
+
+ExitCode Trainer::stop() {
+  out_->log(fmt::format("stop requested by signal: stopping after step {}, writing a checkpoint; "
+                        "continue with --resume auto", state_.step));
+  if (last_checkpoint_step_ != state_.step) checkpoint();
+  out_->summary(summary("stopped_by_signal"));
+  return ExitCode::signalled;
 }
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "core/error.hpp"
 #include "core/config.hpp"
 #include "io/dataset.hpp"
 #include "optim/optimizer.hpp"
@@ -45,8 +46,10 @@ class Trainer {
   Trainer(const Config& cfg, const Communicator& comm, const ResumeRequest& resume);
   ~Trainer();
 
-  /// \brief Trains to the end; writes metrics, checkpoints and summary.json. Collective.
-  void run();
+  /// \brief Trains to the end, or until a stop signal (SIGUSR1, SIGTERM) reaches any rank: then
+  /// every rank stops after the same step, a checkpoint is written and signalled is returned.
+  /// Writes metrics, checkpoints and summary.json. Collective.
+  ExitCode run();
 
  private:
   std::string prepare_output_dir(const ResumeRequest& resume);
@@ -55,6 +58,8 @@ class Trainer {
   EvalResult run_eval();
   void checkpoint();
   std::int64_t total_steps() const;
+  ExitCode stop();
+  nlohmann::json summary(const std::string& status) const;
 
   const Config& cfg_;
   const Communicator& comm_;
@@ -69,6 +74,7 @@ class Trainer {
   std::int64_t resumed_from_ = -1, last_checkpoint_step_ = -1, last_eval_step_ = -1;
   EvalResult last_eval_;
   double last_loss_ = 0.0, last_grad_norm_ = 0.0;
+  bool stop_requested_ = false;
 
   // Per-micro-batch host staging and device buffers for one micro-batch.
   std::vector<float> h_inputs_, h_targets_;

@@ -24,14 +24,16 @@ RunResult shell(const std::string& command) {
   return r;
 }
 
-RunResult tessera(int ranks, const std::string& args) {
+std::string tessera_command(int ranks, const std::string& args) {
   // Root is allowed (CI runs as root); waiting ranks yield the core on an oversubscribed node.
   const std::string env =
       "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 "
       "OPENBLAS_NUM_THREADS=1 ";
-  return shell(env + TESSERA_MPIEXEC + " -n " + std::to_string(ranks) +
-               " --oversubscribe --bind-to none " + TESSERA_BINARY + " " + args);
+  return env + TESSERA_MPIEXEC + " -n " + std::to_string(ranks) + " --oversubscribe --bind-to none " +
+         TESSERA_BINARY + " " + args;
 }
+
+RunResult tessera(int ranks, const std::string& args) { return shell(tessera_command(ranks, args)); }
 
 std::string fresh_dir(const std::string& name) {
   const fs::path p = fs::path(TESSERA_TEST_WORK_DIR) / name;

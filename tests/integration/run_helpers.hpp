@@ -14,6 +14,8 @@ struct RunResult {
 
 /// Runs a shell command, capturing its output and exit code.
 RunResult shell(const std::string& command);
+/// The shell command that runs `tessera ARGS` under mpiexec with `ranks` ranks.
+std::string tessera_command(int ranks, const std::string& args);
 /// Runs `tessera ARGS` under mpiexec with `ranks` ranks.
 RunResult tessera(int ranks, const std::string& args);
 /// A fresh, empty directory under the test work dir.

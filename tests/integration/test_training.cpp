@@ -3,7 +3,11 @@
 // single error line of DESIGN.md.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <sstream>
+#include <thread>
 #include <fstream>
 #include <regex>
 
@@ -184,6 +188,57 @@ TEST(Training, RegressionTargetsTrainWithMseOnAnyRankCount) {
   expect_input_error(tessera(1, "train " + deck + " --set run.output_dir=" + dir + "/ce " + args +
                                     " --set model.loss=cross_entropy"),
                      "cross_entropy");
+}
+
+// SIGTERM to one rank of a 4-rank run: every rank stops after the same step, one checkpoint is
+// written, every rank exits 4; --resume auto then continues with the uninterrupted run's losses.
+TEST(Signals, SigtermToOneRankCheckpointsAndExitsFourEverywhere) {
+  const std::string dir = fresh_dir("signal");
+  const std::string run = dir + "/run";
+  const std::string extra = "--set 'model.hidden=[16]' --set eval.every_steps=0 --set eval.at_end=false "
+                            "--set checkpoint.every_steps=0 ";
+  // Start a run far longer than the test waits, in the background; whatever happens below, it
+  // does not outlive the test.
+  struct Reaper {
+    std::string pattern;
+    ~Reaper() { shell("pkill -KILL -f '" + pattern + "'"); }
+  } reaper{run + " "};
+  shell("(" + tessera_command(4, train_args(run, extra + "--set train.steps=10000000")) + " > " +
+        dir + "/out.txt 2>&1; echo $? > " + dir + "/rc) > /dev/null 2>&1 &");
+  // Wait for a few logged steps, then signal one rank (not rank 0's mpiexec: a tessera process).
+  auto wait_for = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 1200 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return done();
+  };
+  ASSERT_TRUE(wait_for([&] { return train_losses(run).size() >= 20; })) << read_file(dir + "/out.txt");
+  const RunResult pids = shell("pgrep -f '^" + std::string(TESSERA_BINARY) + " train .*" + run + "'");
+  std::vector<std::string> ids;
+  std::stringstream ss(pids.output);
+  for (std::string id; ss >> id;) ids.push_back(id);
+  ASSERT_EQ(ids.size(), 4u) << pids.output;
+  ASSERT_EQ(shell("kill -TERM " + ids[2]).exit_code, 0);
+  ASSERT_TRUE(wait_for([&] { return fs::exists(dir + "/rc") && !read_file(dir + "/rc").empty(); }));
+  const std::string out = read_file(dir + "/out.txt");
+  EXPECT_EQ(std::stoi(read_file(dir + "/rc")), 4) << out;
+  EXPECT_EQ(count(out, "stop requested by signal"), 1) << out;
+
+  // One consistent checkpoint at the step where all stopped.
+  const std::string latest = read_file(run + "/checkpoints/latest");
+  ASSERT_FALSE(latest.empty());
+  const std::int64_t step = std::stoll(latest.substr(5, 8));
+  EXPECT_GE(step, 20);
+  EXPECT_EQ(train_losses(run).rbegin()->first, step);
+  EXPECT_NE(read_file(run + "/summary.json").find("stopped_by_signal"), std::string::npos);
+
+  // Continue to step + 10 and compare with a run that was never interrupted.
+  const std::string until = "--set train.steps=" + std::to_string(step + 10) + " ";
+  const RunResult resumed = tessera(4, train_args(run, extra + until + "--resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::string whole = dir + "/whole";
+  ASSERT_EQ(tessera(4, train_args(whole, extra + until)).exit_code, 0);
+  const auto a = train_losses(run), b = train_losses(whole);
+  ASSERT_EQ(a.size(), static_cast<std::size_t>(step + 10));
+  EXPECT_LE(max_relative_difference(a, b), 1e-7);
 }
 
 TEST(Errors, BadDeckAndLayoutGiveOneLineAndExitTwo) {
