@@ -73,7 +73,8 @@ class Run:
                     continue
                 kind = row[0]
                 if kind not in rows:
-                    raise InputError(f"{csv_path}:{line_no}: kind '{kind}' is neither train nor eval")
+                    raise InputError(f"{csv_path}:{line_no}: kind '{kind}' is neither "
+                                     f"train nor eval")
                 try:
                     for c, cell in zip(header[1:], row[1:]):
                         rows[kind][c].append(to_float(cell))
@@ -98,7 +99,7 @@ def label_runs(runs):
     """Name runs by directory; where names collide, by layout; then by position."""
     names = [r.name for r in runs]
     labels = []
-    for i, r in enumerate(runs):
+    for r in runs:
         label = r.name
         if names.count(r.name) > 1 and r.layout:
             label = f"{r.name} ({r.layout})"

@@ -59,20 +59,24 @@ step_plot_metrics() {
   check_png "$WORK_DIR/metrics2.png"
 
   # A missing directory: exit 2, one error line.
-  expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_metrics.py" "$WORK_DIR/no_such_run" --out "$WORK_DIR/x.png"
+  expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_metrics.py" "$WORK_DIR/no_such_run" \
+    --out "$WORK_DIR/x.png"
   [[ $(wc -l <"$WORK_DIR/last.txt") -eq 1 ]] || fail "expected one error line"
-  grep -q '^plot_metrics: error: .*no_such_run' "$WORK_DIR/last.txt" || fail "error line does not name the directory"
+  grep -q '^plot_metrics: error: .*no_such_run' "$WORK_DIR/last.txt" ||
+    fail "error line does not name the directory"
 
   # A metrics.csv without the expected header: exit 2, one error line.
   mkdir -p "$WORK_DIR/bad_run"
   printf 'step,value\n1,2\n' >"$WORK_DIR/bad_run/metrics.csv"
-  expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_metrics.py" "$WORK_DIR/bad_run" --out "$WORK_DIR/x.png"
+  expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_metrics.py" "$WORK_DIR/bad_run" \
+    --out "$WORK_DIR/x.png"
   [[ $(wc -l <"$WORK_DIR/last.txt") -eq 1 ]] || fail "expected one error line"
   grep -q 'expected a header' "$WORK_DIR/last.txt" || fail "error line does not mention the header"
 }
 
 step_plot_checkpoints() {
-  "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" "$run" --out "$WORK_DIR/checkpoints.png" | tee "$WORK_DIR/table.txt"
+  "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" "$run" --out "$WORK_DIR/checkpoints.png" |
+    tee "$WORK_DIR/table.txt"
   check_png "$WORK_DIR/checkpoints.png"
   grep -q '3 checkpoints' "$WORK_DIR/table.txt" || fail "expected the 3 checkpoints of the run"
   # Files given explicitly, out of order: sorted by step.
@@ -80,7 +84,8 @@ step_plot_checkpoints() {
     --out "$WORK_DIR/checkpoints2.png" | tee "$WORK_DIR/table2.txt"
   check_png "$WORK_DIR/checkpoints2.png"
   grep -Eq '^layers\.0\.weight +10 ' "$WORK_DIR/table2.txt" || fail "no row for step 10"
-  expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" "$WORK_DIR/no_such_run" --out "$WORK_DIR/x.png"
+  expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" "$WORK_DIR/no_such_run" \
+    --out "$WORK_DIR/x.png"
 }
 
 step_compare_checkpoints() {
