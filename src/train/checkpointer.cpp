@@ -146,10 +146,14 @@ std::string Checkpointer::save(const Model& model, const Optimizer& opt,
       out << path.filename().string() << '\n';
     }
     fs::rename(tmp, fs::path(dir_) / "latest");
+    std::vector<fs::path> all;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      if (step_of(e.path()) >= 0) all.push_back(e.path());
+      // A .tmp left by a run that died mid-write is no checkpoint: drop it.
+      if (e.path().extension() == ".tmp" && e.path().filename().string().starts_with("step_"))
+        fs::remove(e.path());
+    }
     if (cfg_.checkpoint.keep > 0) {
-      std::vector<fs::path> all;
-      for (const auto& e : fs::directory_iterator(dir_))
-        if (step_of(e.path()) >= 0) all.push_back(e.path());
       std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return step_of(a) > step_of(b); });
       for (std::size_t i = static_cast<std::size_t>(cfg_.checkpoint.keep); i < all.size(); ++i)
         fs::remove(all[i]);

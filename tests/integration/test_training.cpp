@@ -76,9 +76,14 @@ TEST(Training, StoppedAndResumedRunEqualsUninterrupted) {
   ASSERT_EQ(tessera(2, train_args(whole, "--set train.steps=40")).exit_code, 0);
   const std::string split = fresh_dir("resume_split");
   ASSERT_EQ(tessera(2, train_args(split, "--set train.steps=20")).exit_code, 0);
+  // What a crash mid-write leaves behind: a half-written temporary, which resume must ignore.
+  const std::string stale = split + "/checkpoints/step_00000025.h5.tmp";
+  std::ofstream(stale) << "half a checkpoint";
   const RunResult r = tessera(2, train_args(split, "--set train.steps=40 --resume auto"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step_00000020.h5"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(stale));
   const auto a = train_losses(whole), b = train_losses(split);
   ASSERT_EQ(b.size(), 40u);
   EXPECT_LE(max_relative_difference(a, b), 1e-7);  // same layout: the same arithmetic
