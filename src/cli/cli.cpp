@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cli/bench_comm.hpp"
 #include "cli/commands.hpp"
 #include "core/error.hpp"
 
@@ -61,6 +62,17 @@ int run(int argc, char** argv) {
   auto* inspect_cmd = app.add_subcommand("inspect", "print a checkpoint's attributes and tensors");
   inspect_cmd->add_option("checkpoint", checkpoint, "checkpoint file")->required();
 
+  auto* bench_cmd = app.add_subcommand("bench", "measure one part of the stack");
+  bench_cmd->require_subcommand(1);
+  BenchCommArgs bench_comm_args;
+  auto* bench_comm_cmd = bench_cmd->add_subcommand("comm", "time the allreduce algorithms over message sizes");
+  bench_comm_cmd->add_option("--sizes", bench_comm_args.sizes, "LO..HI bytes (K, M, G), powers of 4 between")->capture_default_str();
+  bench_comm_cmd->add_option("--algorithms", bench_comm_args.algorithms, "comma-separated: mpi, ring, parameter-server")->capture_default_str();
+  bench_comm_cmd->add_option("--iters", bench_comm_args.iters, "timed iterations per size (fewer above 16M)")->capture_default_str();
+  bench_comm_cmd->add_option("--warmup", bench_comm_args.warmup, "untimed iterations per size")->capture_default_str();
+  bench_comm_cmd->add_option("--segment-kb", bench_comm_args.segment_kb, "ring and parameter-server message size, as comm.ring_segment_kb")->capture_default_str();
+  bench_comm_cmd->add_option("--csv", bench_comm_args.csv, "write the results to this CSV file");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -75,6 +87,7 @@ int run(int argc, char** argv) {
     if (*eval_cmd) return eval(deck, checkpoint);
     if (*fmnist_cmd) return prepare_fashion_mnist(out, source);
     if (*inspect_cmd) return inspect(checkpoint);
+    if (*bench_comm_cmd) return bench_comm(bench_comm_args);
   } catch (const InputError& e) {
     return fail(e.what(), ExitCode::bad_input);
   } catch (const NumericError& e) {

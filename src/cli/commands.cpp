@@ -52,7 +52,8 @@ Config load_config(const DeckArgs& args, int ranks) {
 
 int train(const DeckArgs& args, const std::string& resume) {
   const Config cfg = load_config(args, world_size());
-  const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline);
+  const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
+                          cfg.comm);
   set_blas_threads(cfg, comm);
   install_stop_handlers();
   Trainer trainer(cfg, comm, ResumeRequest::parse(resume));
@@ -61,7 +62,8 @@ int train(const DeckArgs& args, const std::string& resume) {
 
 int eval(const DeckArgs& args, const std::string& checkpoint) {
   const Config cfg = load_config(args, world_size());
-  const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline);
+  const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
+                          cfg.comm);
   set_blas_threads(cfg, comm);
   io::SupervisedSplit test(comm.handle(Group::data), cfg.data.path, cfg.data.test_split, cfg.data.cache);
   Model model(cfg, model_shape(cfg, test.info()), cfg.eval.batch);

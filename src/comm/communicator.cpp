@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 #include <stdexcept>
 
+#include "comm/mpi_type.hpp"
+#include "comm/parameter_server.hpp"
+#include "comm/ring_allreduce.hpp"
 #include "core/error.hpp"
 
 namespace tessera {
@@ -23,7 +27,9 @@ void allreduce_chunked(T* data, std::size_t n, MPI_Datatype type, MPI_Op op, MPI
 }
 }  // namespace
 
-Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp) : dp_(dp), tp_(tp), pp_(pp) {
+Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp, const CommConfig& comm)
+    : dp_(dp), tp_(tp), pp_(pp) {
+  set_allreduce(comm.allreduce, static_cast<std::size_t>(comm.ring_segment_kb) * 1024);
   MPI_CHECK(MPI_Comm_dup(world, &world_));
   MPI_CHECK(MPI_Comm_rank(world_, &world_rank_));
   MPI_CHECK(MPI_Comm_size(world_, &world_size_));
@@ -84,12 +90,41 @@ std::string Communicator::layout(int zero) const {
   return fmt::format("dp={},tp={},pp={},zero={}", dp_, tp_, pp_, zero);
 }
 
+void Communicator::set_allreduce(AllreduceAlgorithm algorithm, std::size_t segment_bytes) {
+  algorithm_ = algorithm;
+  segment_bytes_ = std::max<std::size_t>(segment_bytes, 1);
+}
+
+template <class T>
+void Communicator::allreduce_sum_impl(T* data, std::size_t n, Group g, std::vector<T>& scratch) const {
+  const int p = size(g);
+  if (p == 1) return;
+  const std::size_t segment = std::max<std::size_t>(1, segment_bytes_ / sizeof(T));
+  switch (algorithm_) {
+    case AllreduceAlgorithm::mpi:
+      allreduce_chunked(data, n, mpi_type<T>(), MPI_SUM, handle(g));
+      return;
+    case AllreduceAlgorithm::ring: {
+      const std::size_t need = ring_allreduce_scratch(n, p, segment);
+      if (scratch.size() < need) scratch.resize(need);
+      ring_allreduce_sum(data, n, handle(g), segment, scratch.data());
+      return;
+    }
+    case AllreduceAlgorithm::parameter_server: {
+      const std::size_t need = rank(g) == 0 ? parameter_server_scratch(n, segment) : 0;
+      if (scratch.size() < need) scratch.resize(need);
+      parameter_server_allreduce_sum(data, n, handle(g), segment, scratch.data());
+      return;
+    }
+  }
+}
+
 void Communicator::allreduce_sum(float* data, std::size_t n, Group g) const {
-  if (size(g) > 1) allreduce_chunked(data, n, MPI_FLOAT, MPI_SUM, handle(g));
+  allreduce_sum_impl(data, n, g, scratch_float_);
 }
 
 void Communicator::allreduce_sum(double* data, std::size_t n, Group g) const {
-  if (size(g) > 1) allreduce_chunked(data, n, MPI_DOUBLE, MPI_SUM, handle(g));
+  allreduce_sum_impl(data, n, g, scratch_double_);
 }
 
 void Communicator::allreduce_max(double* data, std::size_t n, Group g) const {

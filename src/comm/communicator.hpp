@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/mpi_check.hpp"
+#include "core/config.hpp"
 
 namespace tessera {
 
@@ -26,7 +27,8 @@ struct GridCoord {
 class Communicator {
  public:
   /// \brief Builds the grid over `world`; collective over world. dp*tp*pp must equal its size.
-  Communicator(MPI_Comm world, int dp, int tp, int pp);
+  /// `comm` picks the algorithm of allreduce_sum (deck section [comm]).
+  Communicator(MPI_Comm world, int dp, int tp, int pp, const CommConfig& comm = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -47,7 +49,14 @@ class Communicator {
   /// "dp=2,tp=1,pp=1" plus the ZeRO stage, as stored in checkpoints.
   std::string layout(int zero) const;
 
-  /// \brief Sums `n` values in place over group g. Must be called on every rank of the group.
+  /// \brief Picks the algorithm of allreduce_sum from now on; every rank must pick the same.
+  /// \param segment_bytes  ring and parameter-server: bytes per point-to-point message
+  void set_allreduce(AllreduceAlgorithm algorithm, std::size_t segment_bytes);
+  AllreduceAlgorithm allreduce_algorithm() const { return algorithm_; }
+
+  /// \brief Sums `n` values in place over group g with the chosen algorithm (set_allreduce).
+  /// Must be called on every rank of the group with the same n. Every algorithm leaves bitwise
+  /// the same values on every rank; they differ from each other only by the order of the sums.
   void allreduce_sum(float* data, std::size_t n, Group g) const;
   void allreduce_sum(double* data, std::size_t n, Group g) const;
   /// \brief Maximum over group g, in place. Collective over the group.
@@ -60,6 +69,14 @@ class Communicator {
   int world_rank_ = 0, world_size_ = 1, node_size_ = 1;
   int dp_ = 1, tp_ = 1, pp_ = 1;
   GridCoord coord_;
+  AllreduceAlgorithm algorithm_ = AllreduceAlgorithm::mpi;
+  std::size_t segment_bytes_ = 1 << 20;
+  // Scratch of the point-to-point algorithms: grown to the largest need, then reused, so a call
+  // allocates nothing once the buffer has been seen.
+  mutable std::vector<float> scratch_float_;
+  mutable std::vector<double> scratch_double_;
+  template <class T>
+  void allreduce_sum_impl(T* data, std::size_t n, Group g, std::vector<T>& scratch) const;
   MPI_Comm world_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, tensor_ = MPI_COMM_NULL,
            pipeline_ = MPI_COMM_NULL;
 };

@@ -13,7 +13,7 @@ enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> 
 enum class OptimizerKind { sgd, adamw };
 enum class ScheduleKind { constant, cosine, step };
 enum class PipelineSchedule { gpipe, one_f_one_b };
-enum class AllreduceAlgorithm { mpi };
+enum class AllreduceAlgorithm { mpi, ring, parameter_server };
 
 struct RunConfig {
   std::uint64_t seed = 1234;
@@ -106,6 +106,7 @@ struct CheckpointConfig {
 
 struct CommConfig {
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::mpi;
+  int ring_segment_kb = 1024;  ///< ring and parameter-server: KiB per pipelined message
 
   bool operator==(const CommConfig&) const = default;
 };

@@ -185,7 +185,8 @@ std::vector<KeySpec> build_schema() {
     checkpoint.key<&C::keep>("keep", at_least(0), "newest complete checkpoints kept; 0 keeps all"),
     checkpoint.flag<&C::at_end>("at_end", "write a checkpoint at the end of training"),
 
-    comm.choice<&CommConfig::allreduce>("allreduce", kAllreduceAlgorithms, "gradient allreduce algorithm"),
+    comm.choice<&CommConfig::allreduce>("allreduce", kAllreduceAlgorithms, "gradient allreduce algorithm: mpi (MPI_Allreduce), ring (reduce-scatter + allgather), parameter-server (through rank 0)"),
+    comm.key<&CommConfig::ring_segment_kb>("ring_segment_kb", at_least(1), "ring and parameter-server: KiB per point-to-point message, so large buffers pipeline"),
   };
   // clang-format on
 }

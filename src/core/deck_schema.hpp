@@ -87,6 +87,8 @@ inline constexpr Choice<ScheduleKind> kScheduleKinds[] = {{"constant", ScheduleK
 inline constexpr Choice<PipelineSchedule> kPipelineSchedules[] = {
     {"gpipe", PipelineSchedule::gpipe}, {"1f1b", PipelineSchedule::one_f_one_b}};
 inline constexpr Choice<AllreduceAlgorithm> kAllreduceAlgorithms[] = {
-    {"mpi", AllreduceAlgorithm::mpi}};
+    {"mpi", AllreduceAlgorithm::mpi},
+    {"ring", AllreduceAlgorithm::ring},
+    {"parameter-server", AllreduceAlgorithm::parameter_server}};
 
 }  // namespace tessera::deck

@@ -71,6 +71,16 @@ TEST(Training, AdamWCosineClippingEqualAcrossRanks) {
       {{4, ""}, {2, "--set parallel.micro_batches=2"}});
 }
 
+TEST(Training, RingAndParameterServerAllreduceEqualMpi) {
+  // The 1-rank reference runs with MPI_Allreduce's layout; the algorithm only changes the order
+  // of the sums over ranks. A 4 KiB segment makes the ring pipeline the gradient buffer.
+  expect_layout_invariant("allreduce", "",
+                          {{2, "--set comm.allreduce=ring"},
+                           {4, "--set comm.allreduce=ring --set comm.ring_segment_kb=4"},
+                           {2, "--set comm.allreduce=parameter-server"},
+                           {4, "--set comm.allreduce=parameter-server"}});
+}
+
 TEST(Training, StoppedAndResumedRunEqualsUninterrupted) {
   const std::string whole = fresh_dir("resume_whole");
   ASSERT_EQ(tessera(2, train_args(whole, "--set train.steps=40")).exit_code, 0);

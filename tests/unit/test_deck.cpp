@@ -225,8 +225,17 @@ TEST(DeckErrors, WrongTypes) {
   expect_deck_error("[model]\nloss = \"l2\"\n", 2, {"model.loss", "\"auto\", \"cross_entropy\", \"mse\""});
   expect_deck_error("[schedule]\nkind = \"linear\"\n", 2, {"schedule.kind", "\"constant\", \"cosine\", \"step\""});
   expect_deck_error("[parallel]\nschedule = \"zb\"\n", 2, {"parallel.schedule", "\"gpipe\", \"1f1b\""});
-  expect_deck_error("[comm]\nallreduce = \"ring\"\n", 2, {"comm.allreduce", "\"mpi\""});
+  expect_deck_error("[comm]\nallreduce = \"tree\"\n", 2,
+                    {"comm.allreduce", "\"mpi\", \"ring\", \"parameter-server\""});
+  expect_deck_error("[comm]\nring_segment_kb = 0\n", 2, {"comm.ring_segment_kb: 0 is out of range"});
   expect_deck_error("[model]\nkind = 1\n", 2, {"model.kind: expected a name, got an integer 1", "\"mlp\""});
+
+  // Every allreduce algorithm parses by its name.
+  const Config ps = load_deck(write_deck("ps.toml", "[comm]\nallreduce = \"parameter-server\"\nring_segment_kb = 64\n"), {});
+  EXPECT_EQ(ps.comm.allreduce, tessera::AllreduceAlgorithm::parameter_server);
+  EXPECT_EQ(ps.comm.ring_segment_kb, 64);
+  EXPECT_EQ(load_deck(write_deck("ring.toml", "[comm]\nallreduce = \"ring\"\n"), {}).comm.allreduce,
+            tessera::AllreduceAlgorithm::ring);
 
   // Floats take integers; empty hidden is a linear model.
   const Config c = load_deck(write_deck("ok.toml", "[optimizer]\nlr = 1\n[model]\nhidden = []\n"), {});

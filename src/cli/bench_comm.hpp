@@ -1,0 +1,19 @@
+#pragma once
+// `tessera bench comm`: time every allreduce algorithm over a range of message sizes.
+#include <string>
+
+namespace tessera::cli {
+
+struct BenchCommArgs {
+  std::string sizes = "4K..256M";                      ///< LO..HI bytes, powers of 4 between
+  std::string algorithms = "mpi,ring,parameter-server";  ///< comma-separated deck names
+  int iters = 20;                                        ///< timed iterations per point
+  int warmup = 3;                                        ///< untimed iterations per point
+  int segment_kb = 1024;                                 ///< as comm.ring_segment_kb
+  std::string csv;                                       ///< CSV path; empty: table only
+};
+
+/// \brief Runs the benchmark on every rank of MPI_COMM_WORLD; rank 0 prints and writes the CSV.
+int bench_comm(const BenchCommArgs& args);
+
+}  // namespace tessera::cli
