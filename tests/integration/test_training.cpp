@@ -1,6 +1,7 @@
 // End-to-end: the tessera binary under mpiexec on the real Fashion-MNIST file.
 // Oracles: the 1-rank run (layout invariance), the uninterrupted run (resume), exit codes and the
 // single error line of DESIGN.md.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -216,17 +217,17 @@ TEST(Signals, SigtermToOneRankCheckpointsAndExitsFourEverywhere) {
   // does not outlive the test.
   struct Reaper {
     std::string pattern;
-    ~Reaper() { shell("pkill -KILL -f '" + pattern + "'"); }
+    ~Reaper() { shell(fmt::format("pkill -KILL -f '{}'", pattern)); }
   } reaper{run + " "};
-  shell("(" + tessera_command(4, train_args(run, extra + "--set train.steps=10000000")) + " > " +
-        dir + "/out.txt 2>&1; echo $? > " + dir + "/rc) > /dev/null 2>&1 &");
+  shell(fmt::format("({} > {}/out.txt 2>&1; echo $? > {}/rc) > /dev/null 2>&1 &",
+                    tessera_command(4, train_args(run, extra + "--set train.steps=10000000")), dir, dir));
   // Wait for a few logged steps, then signal one rank (not rank 0's mpiexec: a tessera process).
   auto wait_for = [](const std::function<bool()>& done) {
     for (int i = 0; i < 1200 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     return done();
   };
   ASSERT_TRUE(wait_for([&] { return train_losses(run).size() >= 20; })) << read_file(dir + "/out.txt");
-  const RunResult pids = shell("pgrep -f '^" + std::string(TESSERA_BINARY) + " train .*" + run + "'");
+  const RunResult pids = shell(fmt::format("pgrep -f '^{} train .*{}'", TESSERA_BINARY, run));
   std::vector<std::string> ids;
   std::stringstream ss(pids.output);
   for (std::string id; ss >> id;) ids.push_back(id);
