@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "kernels/math.hpp"
-#include "kernels/reduce.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera::kernels {
@@ -95,79 +94,6 @@ void adamw_step(const ExecSpace& exec, const PView& p, const GView& grad, const 
                          adamw_element(p(i), T(grad(i)), m(i), v(i), lr, b1, b2, eps, wd,
                                        step_size, sqrt_bc2);
                        });
-}
-
-/// \brief Calls update(i, g_i) for every element i of grad and returns the sum of g_i^2 (double),
-/// reading the gradient once: the gradient norm comes free with the optimizer's own pass.
-/// Blocks of reduce_block elements, as sum_squares(), so the sum is no long dependent chain.
-template <class GView, class Update>
-double update_with_sum_squares(const char* label, const ExecSpace& exec, const GView& grad,
-                               const Update& update) {
-  const Index n = Index(grad.extent(0));
-  const Index blocks = (n + reduce_block - 1) / reduce_block;
-  double result = 0.0;
-  Kokkos::parallel_reduce(
-      label, range(exec, blocks),
-      KOKKOS_LAMBDA(const Index b, double& acc) {
-        const Index begin = b * reduce_block;
-        const Index end = begin + reduce_block < n ? begin + reduce_block : n;
-        double s0 = 0.0, s1 = 0.0;
-        Index i = begin;
-        for (; i + 2 <= end; i += 2) {
-          const auto g0 = grad(i), g1 = grad(i + 1);
-          s0 += double(g0) * double(g0);
-          s1 += double(g1) * double(g1);
-          update(i, g0);
-          update(i + 1, g1);
-        }
-        if (i < end) {
-          const auto g0 = grad(i);
-          s0 += double(g0) * double(g0);
-          update(i, g0);
-        }
-        acc += s0 + s1;
-      },
-      result);
-  return result;
-}
-
-/// \brief sgd_step() that also returns the sum of squares of grad (one pass over it).
-template <class PView, class GView, class BView>
-double sgd_step_sum_squares(const ExecSpace& exec, const PView& p, const GView& grad,
-                            const BView& buf, const SgdHyper& h) {
-  using T = typename PView::non_const_value_type;
-  const T lr = T(h.lr), momentum = T(h.momentum), wd = T(h.weight_decay);
-  const bool nesterov = h.nesterov;
-  if (momentum != T(0) && buf.extent(0) != p.extent(0))
-    throw std::invalid_argument("tessera::sgd_step_sum_squares: momentum buffer size");
-  if (momentum != T(0))
-    return update_with_sum_squares("tessera::sgd_step_sum_squares", exec, grad,
-                                   KOKKOS_LAMBDA(const Index i, const T g) {
-                                     sgd_element(p(i), g, buf(i), lr, momentum, wd, nesterov);
-                                   });
-  return update_with_sum_squares("tessera::sgd_step_sum_squares", exec, grad,
-                                 KOKKOS_LAMBDA(const Index i, const T g) {
-                                   T unused = T(0);
-                                   sgd_element(p(i), g, unused, lr, T(0), wd, false);
-                                 });
-}
-
-/// \brief adamw_step() that also returns the sum of squares of grad (one pass over it).
-template <class PView, class GView, class MView, class VView>
-double adamw_step_sum_squares(const ExecSpace& exec, const PView& p, const GView& grad,
-                              const MView& m, const VView& v, const AdamWHyper& h,
-                              std::int64_t step) {
-  using T = typename PView::non_const_value_type;
-  if (step < 1) throw std::invalid_argument("tessera::adamw_step_sum_squares: step counts from 1");
-  const double bc1 = 1.0 - std::pow(h.beta1, double(step));
-  const double bc2 = 1.0 - std::pow(h.beta2, double(step));
-  const T lr = T(h.lr), b1 = T(h.beta1), b2 = T(h.beta2), eps = T(h.eps), wd = T(h.weight_decay);
-  const T step_size = T(h.lr / bc1), sqrt_bc2 = T(std::sqrt(bc2));
-  return update_with_sum_squares("tessera::adamw_step_sum_squares", exec, grad,
-                                 KOKKOS_LAMBDA(const Index i, const T g) {
-                                   adamw_element(p(i), g, m(i), v(i), lr, b1, b2, eps, wd,
-                                                 step_size, sqrt_bc2);
-                                 });
 }
 
 }  // namespace tessera::kernels

@@ -8,10 +8,12 @@
 #include "cli/cli.hpp"
 
 int main(int argc, char** argv) {
-  // Keep large buffers (MPI temporaries, batches) on the heap instead of fresh mmap pages:
-  // pages mapped anew on every call fault in slowly and slow big allreduces about tenfold.
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  // Keep large buffers (MPI temporaries, batches) on the heap and keep freed heap memory, instead
+  // of mapping fresh pages on every call: those fault in slowly and slow big allreduces (Open MPI
+  // allocates its temporaries per call) several times over. glibc refuses an mmap threshold above
+  // 32 MB, so mmap is switched off instead.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   // Open MPI 4.1's OMPIO returns wrong rows for some scattered collective reads when data
   // sieving is on (open-mpi/ompi#10546; seen here at 4 ranks); off unless the user set it.
   setenv("OMPI_MCA_fbtl_posix_read_datasieving", "0", 0);

@@ -36,19 +36,3 @@ void Optimizer::step(const ExecSpace& exec, Vector<float> params, Vector<float> 
 }
 
 }  // namespace tessera
-
-namespace tessera {
-
-double Optimizer::step_sum_squares(const ExecSpace& exec, Vector<float> params, Vector<float> grads,
-                                   double lr) {
-  ++steps_;
-  if (cfg_.kind == OptimizerKind::adamw) {
-    const kernels::AdamWHyper h{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay};
-    return kernels::adamw_step_sum_squares(exec, params, grads, states_[0], states_[1], h, steps_);
-  }
-  const kernels::SgdHyper h{lr, cfg_.momentum, cfg_.weight_decay, cfg_.nesterov};
-  return kernels::sgd_step_sum_squares(exec, params, grads,
-                                       states_.empty() ? Vector<float>() : states_[0], h);
-}
-
-}  // namespace tessera

@@ -16,9 +16,6 @@ class Optimizer {
 
   /// \brief One update of params from grads at learning rate lr; counts the step.
   void step(const ExecSpace& exec, Vector<float> params, Vector<float> grads, double lr);
-  /// \brief step() that also returns the sum of squares of grads, read in the same pass.
-  double step_sum_squares(const ExecSpace& exec, Vector<float> params, Vector<float> grads,
-                          double lr);
 
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t s) { steps_ = s; }

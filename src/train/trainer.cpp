@@ -264,19 +264,14 @@ double Trainer::train_step(double lr) {
     comm_.allreduce_sum(store.grads().data(), store.grads().size(), Group::data);
   }
 
-  // Norm, clipping and the update. Without clipping the norm comes from the update's own pass
-  // over the gradient; a non-finite one then stops the run before anything is saved.
+  // Norm, clipping and the update.
   auto t = timer_.time(Phase::optimizer, exec_);
-  double grad_norm = 0.0;
-  if (cfg_.optimizer.clip_grad_norm > 0.0) {
-    grad_norm = std::sqrt(kernels::sum_squares(exec_, store.grads()));
-    if (std::isfinite(grad_norm) && grad_norm > cfg_.optimizer.clip_grad_norm)
-      kernels::scale(exec_, store.grads(),
-                     static_cast<float>(cfg_.optimizer.clip_grad_norm / (grad_norm + 1e-6)));
-    opt_->step(exec_, store.values(), store.grads(), lr);
-  } else {
-    grad_norm = std::sqrt(opt_->step_sum_squares(exec_, store.values(), store.grads(), lr));
-  }
+  const double grad_norm = std::sqrt(kernels::sum_squares(exec_, store.grads()));
+  if (cfg_.optimizer.clip_grad_norm > 0.0 && std::isfinite(grad_norm) &&
+      grad_norm > cfg_.optimizer.clip_grad_norm)
+    kernels::scale(exec_, store.grads(),
+                   static_cast<float>(cfg_.optimizer.clip_grad_norm / (grad_norm + 1e-6)));
+  opt_->step(exec_, store.values(), store.grads(), lr);
   // One small reduction per step: the loss, whether any rank saw a non-finite gradient, and
   // whether any rank was asked to stop (so all stop after this same step).
   double reduced[3] = {loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0, stop_signal() ? 1.0 : 0.0};
