@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "mpi_test_util.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/dataset_writer.hpp"
 #include "io/inspect.hpp"
@@ -21,13 +22,10 @@ namespace fs = std::filesystem;
 namespace io = tessera::io;
 using tessera::InputError;
 
-namespace {
+using tessera::test::expect_input_error;
+using tessera::test::world_rank;
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
+namespace {
 
 int world_size() {
   int size = 1;
@@ -99,18 +97,6 @@ std::string write_test_checkpoint(const std::string& name) {
   const std::string path = run_dir() + "/checkpoints/" + name;
   io::write_checkpoint(MPI_COMM_WORLD, path, content);
   return path;
-}
-
-void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "rank " << world_rank() << ": no InputError";
-  } catch (const InputError& e) {
-    for (const std::string& part : parts) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "rank " << world_rank() << ": \"" << e.what() << "\" lacks \"" << part << "\"";
-    }
-  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "mpi_test_util.hpp"
 #include "io/dataset.hpp"
 #include "io/dataset_writer.hpp"
 #include "io/prepare.hpp"
@@ -23,16 +24,13 @@ namespace fs = std::filesystem;
 namespace io = tessera::io;
 using tessera::InputError;
 
+using tessera::test::expect_input_error;
+using tessera::test::world_rank;
+
 namespace {
 
 constexpr std::int64_t kRows = 37;
 constexpr int kTrials = 40;
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
 
 // A directory unique to this run, the same on every rank (rank 0's pid). Collective.
 std::string run_dir() {
@@ -91,19 +89,6 @@ std::vector<std::int64_t> indices_for(int rank, int trial) {
   std::vector<std::int64_t> out(rng() % 25 + 1);
   for (auto& index : out) index = static_cast<std::int64_t>(rng() % kRows);
   return out;
-}
-
-// Asserts that f throws an InputError on this rank containing every one of parts.
-void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "rank " << world_rank() << ": no InputError";
-  } catch (const InputError& e) {
-    for (const std::string& part : parts) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "rank " << world_rank() << ": \"" << e.what() << "\" lacks \"" << part << "\"";
-    }
-  }
 }
 
 }  // namespace
