@@ -2,6 +2,7 @@
 // MPI_Allreduce once, then time it: median over iterations of the slowest rank's time.
 // Columns as nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n.
 #include "cli/bench_comm.hpp"
+#include "cli/commands.hpp"
 
 #include <fmt/format.h>
 
@@ -104,9 +105,7 @@ int bench_comm(const BenchCommArgs& args) {
   const auto algorithms = parse_algorithms(args.algorithms);
   if (args.iters < 1 || args.warmup < 0 || args.segment_kb < 1)
     throw InputError("bench comm: need --iters >= 1, --warmup >= 0, --segment-kb >= 1");
-  int world = 1;
-  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  Communicator comm(MPI_COMM_WORLD, world, 1, 1);
+  Communicator comm(MPI_COMM_WORLD, world_size(), 1, 1);
   const int p = comm.size(Group::data);
 
   // Allocate the largest buffers once and touch them once.

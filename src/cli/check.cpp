@@ -54,8 +54,7 @@ void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t tra
   std::int64_t params = 0;
   for (std::size_t i = 0; i + 1 < widths.size(); ++i) params += widths[i] * widths[i + 1] + widths[i + 1];
   const int states = cfg.optimizer.kind == OptimizerKind::adamw ? 2 : (cfg.optimizer.momentum > 0 ? 1 : 0);
-  const std::int64_t micro = (cfg.train.global_batch + cfg.parallel.data * cfg.parallel.micro_batches - 1) /
-                             (cfg.parallel.data * cfg.parallel.micro_batches);
+  const std::int64_t micro = micro_batch_rows(cfg);
   const std::int64_t rows = std::max<std::int64_t>(micro, cfg.eval.batch);
   // Each hidden layer keeps its output before and after the activation and its gradient; the
   // output layer its logits and their gradient; the input batch is staged once.
@@ -66,8 +65,8 @@ void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t tra
                a = 4.0 * static_cast<double>(act), d = 4.0 * static_cast<double>(micro * shape.in_features);
   std::cout << fmt::format("model: mlp {}-{}-{}, {} parameters; {} steps per epoch\n", shape.in_features,
                            fmt::join(cfg.model.hidden, "-"), shape.outputs, params,
-                           cfg.train.drop_last ? train_samples / cfg.train.global_batch
-                                               : (train_samples + cfg.train.global_batch - 1) / cfg.train.global_batch);
+                           Sampler(train_samples, cfg.run.seed, cfg.train.global_batch, cfg.train.drop_last)
+                               .batches_per_epoch());
   std::cout << fmt::format("memory per rank (estimate): parameters {}, gradients {}, optimizer state {}, "
                            "activations {} (micro-batch {}, eval batch {}), input batch {}, total {}\n",
                            megabytes(p), megabytes(p), megabytes(o), megabytes(a), micro, cfg.eval.batch,
@@ -77,10 +76,8 @@ void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t tra
 }  // namespace
 
 int check(const DeckArgs& args, int ranks) {
-  int size = 1, rank = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const int n = ranks > 0 ? ranks : size;
+  const int rank = world_rank();
+  const int n = ranks > 0 ? ranks : world_size();
   const Config cfg = load_config(args, n);
   // The data: rank 0 opens it alone (the grid being checked need not be this run's).
   agree(MPI_COMM_WORLD, [&] {

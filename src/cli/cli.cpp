@@ -14,12 +14,6 @@ namespace tessera::cli {
 
 namespace {
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
 int fail(const std::string& message, ExitCode code) {
   if (world_rank() == 0) std::fprintf(stderr, "tessera: error: %s\n", message.c_str());
   return static_cast<int>(code);

@@ -21,13 +21,19 @@
 
 namespace tessera::cli {
 
-namespace {
+int world_rank() {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  return rank;
+}
 
 int world_size() {
   int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &n));
   return n;
 }
+
+namespace {
 
 // BLAS threads: run.blas_threads, or the cores this rank may use shared among its node's ranks.
 void set_blas_threads(const Config& cfg, const Communicator& comm) {
@@ -78,8 +84,7 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
 }
 
 int prepare_fashion_mnist(const std::string& out, const std::string& source) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = world_rank();
   agree(MPI_COMM_WORLD, [&] {
     if (rank != 0) return;
     io::prepare_fashion_mnist(source, out);
@@ -89,8 +94,7 @@ int prepare_fashion_mnist(const std::string& out, const std::string& source) {
 }
 
 int inspect(const std::string& checkpoint) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = world_rank();
   agree(MPI_COMM_WORLD, [&] {
     if (rank == 0) io::inspect_checkpoint(checkpoint, std::cout);
   });

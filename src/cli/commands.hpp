@@ -12,6 +12,10 @@ struct DeckArgs {
   std::vector<std::string> overrides;  ///< --set section.key=value
 };
 
+/// Rank and size of MPI_COMM_WORLD.
+int world_rank();
+int world_size();
+
 /// Loads the deck with its overrides and resolves the layout for `ranks`; throws InputError.
 Config load_config(const DeckArgs& args, int ranks);
 

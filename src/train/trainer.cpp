@@ -97,6 +97,11 @@ ModelShape model_shape(const Config& cfg, const io::SplitInfo& info) {
   return s;
 }
 
+int micro_batch_rows(const Config& cfg) {
+  const int parts = cfg.parallel.data * cfg.parallel.micro_batches;
+  return (cfg.train.global_batch + parts - 1) / parts;
+}
+
 EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
                     io::SupervisedSplit& split) {
   ScopedRegion region("tessera::evaluate");
@@ -158,8 +163,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                                    ti.has_labels ? ti.classes : ti.target_width, shape.outputs));
   }
 
-  const int dp = comm_.size(Group::data), m = cfg_.parallel.micro_batches;
-  const int micro = (cfg_.train.global_batch + dp * m - 1) / (dp * m);
+  const int micro = micro_batch_rows(cfg_);
   model_ = std::make_unique<Model>(cfg_, shape, std::max(micro, test_ ? cfg_.eval.batch : 1));
   opt_ = std::make_unique<Optimizer>(cfg_.optimizer, model_->params().size());
   sampler_ = std::make_unique<Sampler>(train_->info().samples, cfg_.run.seed,

@@ -35,6 +35,10 @@ struct EvalResult {
 /// \brief The shape the dataset imposes on the model; throws InputError if loss and data disagree.
 ModelShape model_shape(const Config& cfg, const io::SplitInfo& info);
 
+/// \brief Rows of the largest micro-batch a data rank trains on: the global batch split over the
+/// data ranks and then over the micro-batches, rounded up.
+int micro_batch_rows(const Config& cfg);
+
 /// \brief Evaluates `model` on `split`, sharded over the data group; collective over it.
 EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
                     io::SupervisedSplit& split);
