@@ -32,6 +32,12 @@ std::uint64_t product(std::span<const std::uint64_t> values) {
 // A bug in the caller, not bad input: the slab does not fit its own shape.
 void check_slab(const TensorSlab& t) {
   const std::size_t rank = t.shape.size();
+  if (t.by_elements) {
+    if (rank == 0 || t.first > t.last || t.last > product(t.shape) || (t.last > t.first && !t.data))
+      throw std::invalid_argument(fmt::format("checkpoint tensor {}: element range [{}, {}) does "
+                                              "not fit its shape", t.path, t.first, t.last));
+    return;
+  }
   if (rank == 0 || t.offset.size() != rank || t.count.size() != rank) {
     throw std::invalid_argument(fmt::format(
         "checkpoint tensor {}: shape, offset and count must have the same rank >= 1", t.path));
@@ -67,6 +73,71 @@ h5::Dataspace select_slab(hid_t file_space, std::span<const std::uint64_t> offse
   return mem;
 }
 
+// Appends the hyperslabs covering the row-major elements [lo, hi) of dims[d...] below the fixed
+// leading indices `lead`: a partial first row, whole rows, a partial last row, recursively.
+void element_blocks(std::span<const std::uint64_t> dims, std::vector<hsize_t> lead,
+                    std::uint64_t lo, std::uint64_t hi,
+                    std::vector<std::pair<std::vector<hsize_t>, std::vector<hsize_t>>>& out) {
+  if (lo >= hi) return;
+  const std::size_t d = lead.size();
+  const auto block = [&](std::vector<hsize_t> start, hsize_t rows) {
+    std::vector<hsize_t> count(d, 1);
+    count.push_back(rows);
+    for (std::size_t k = d + 1; k < dims.size(); ++k) {
+      start.push_back(0);
+      count.push_back(dims[k]);
+    }
+    out.emplace_back(std::move(start), std::move(count));
+  };
+  const std::uint64_t inner = product(dims.subspan(d + 1));
+  if (lo % inner != 0) {  // the partial first row
+    const std::uint64_t row = lo / inner, row_end = std::min(hi, (row + 1) * inner);
+    auto next = lead;
+    next.push_back(row);
+    element_blocks(dims, next, lo - row * inner, row_end - row * inner, out);
+    lo = row_end;
+  }
+  if (hi / inner > lo / inner && lo < hi) {  // whole rows
+    auto start = lead;
+    start.push_back(lo / inner);
+    block(start, hi / inner - lo / inner);
+    lo = hi / inner * inner;
+  }
+  if (lo < hi) {  // the partial last row
+    auto next = lead;
+    next.push_back(lo / inner);
+    element_blocks(dims, next, 0, hi - lo, out);
+  }
+}
+
+// Selects the row-major elements [first, last) of file_space; returns a matching memory space.
+h5::Dataspace select_elements(hid_t file_space, std::span<const std::uint64_t> shape,
+                              std::uint64_t first, std::uint64_t last) {
+  hsize_t mem_elems = std::max<hsize_t>(last - first, 1);
+  h5::Dataspace mem(TESSERA_H5(H5Screate_simple(1, &mem_elems, nullptr)));
+  if (last <= first) {
+    TESSERA_H5(H5Sselect_none(file_space));
+    TESSERA_H5(H5Sselect_none(mem));
+    return mem;
+  }
+  std::vector<std::pair<std::vector<hsize_t>, std::vector<hsize_t>>> blocks;
+  element_blocks(shape, {}, first, last, blocks);
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    TESSERA_H5(H5Sselect_hyperslab(file_space, i == 0 ? H5S_SELECT_SET : H5S_SELECT_OR,
+                                   blocks[i].first.data(), nullptr, blocks[i].second.data(), nullptr));
+  return mem;
+}
+
+// Reads the selection select(file_space) of a float dataset into out, collectively.
+template <class Select>
+void read_selected(hid_t dataset, float* out, bool any, Select select) {
+  h5::Dataspace file_space(TESSERA_H5(H5Dget_space(dataset)));
+  h5::Dataspace mem = select(static_cast<hid_t>(file_space));
+  h5::PropList xfer = h5::collective_transfer();
+  float dummy = 0.0f;
+  TESSERA_H5(H5Dread(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer, any ? out : &dummy));
+}
+
 void write_tensor(hid_t file, const TensorSlab& t, hid_t xfer) {
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   h5::Dataspace file_space(
@@ -76,9 +147,11 @@ void write_tensor(hid_t file, const TensorSlab& t, hid_t xfer) {
   TESSERA_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element gets written
   h5::Dataset dataset(TESSERA_H5(
       H5Dcreate2(file, t.path.c_str(), H5T_IEEE_F32LE, file_space, lcpl, dcpl, H5P_DEFAULT)));
-  h5::Dataspace mem = select_slab(file_space, t.offset, t.count);
+  const bool any = t.by_elements ? t.last > t.first : product(t.count) > 0;
+  h5::Dataspace mem = t.by_elements ? select_elements(file_space, t.shape, t.first, t.last)
+                                    : select_slab(file_space, t.offset, t.count);
   const float dummy = 0.0f;
-  const float* data = product(t.count) > 0 ? t.data : &dummy;
+  const float* data = any ? t.data : &dummy;
   TESSERA_H5(H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer, data));
 }
 
@@ -243,12 +316,32 @@ void CheckpointFile::read(const std::string& dataset_path, std::span<const std::
       throw std::invalid_argument("CheckpointFile::read: null output buffer");
     }
   });
-  h5::Dataspace file_space(TESSERA_H5(H5Dget_space(dataset)));
-  h5::Dataspace mem = select_slab(file_space, offset, count);
-  h5::PropList xfer = h5::collective_transfer();
-  float dummy = 0.0f;
-  TESSERA_H5(H5Dread(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer,
-                     product(count) > 0 ? out : &dummy));
+  read_selected(dataset, out, product(count) > 0, [&](hid_t file_space) {
+    return select_slab(file_space, offset, count);
+  });
 }
+
+void CheckpointFile::read_elements(const std::string& dataset_path, std::uint64_t first,
+                                   std::uint64_t last, float* out) const {
+  h5::Dataset dataset;
+  std::vector<std::uint64_t> dims;
+  agree(impl_->comm, [&] {
+    dims = shape(dataset_path);
+    dataset = h5::Dataset(TESSERA_H5(H5Dopen2(impl_->file, dataset_path.c_str(), H5P_DEFAULT)));
+    h5::Datatype type(TESSERA_H5(H5Dget_type(dataset)));
+    if (H5Tget_class(type) != H5T_FLOAT)
+      throw InputError(fmt::format("{}: dataset {} has type {}, expected float32", impl_->path,
+                                   dataset_path, h5::type_name(type)));
+    if (first > last || last > product(dims))
+      throw InputError(fmt::format("{}: dataset {} has shape [{}], cannot read elements [{}, {})",
+                                   impl_->path, dataset_path, fmt::join(dims, ","), first, last));
+    if (last > first && out == nullptr)
+      throw std::invalid_argument("CheckpointFile::read_elements: null output buffer");
+  });
+  read_selected(dataset, out, last > first, [&](hid_t file_space) {
+    return select_elements(file_space, dims, first, last);
+  });
+}
+
 
 }  // namespace tessera::io

@@ -6,6 +6,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "cli/cli.hpp"
+#include "core/memory.hpp"
 
 int main(int argc, char** argv) {
   // Keep large buffers (MPI temporaries, batches) on the heap and keep freed heap memory, instead
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   int code = 0;
   {
     Kokkos::ScopeGuard kokkos(argc, argv);
+    tessera::mem::install_tracking();
     code = tessera::cli::run(argc, argv);
   }
   MPI_Finalize();

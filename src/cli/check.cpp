@@ -47,13 +47,27 @@ void print_groups(const Config& cfg, int ranks) {
     }
 }
 
-void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t train_samples) {
-  std::vector<std::int64_t> widths{shape.in_features};
-  for (int h : cfg.model.hidden) widths.push_back(h);
-  widths.push_back(shape.outputs);
-  std::int64_t params = 0;
-  for (std::size_t i = 0; i + 1 < widths.size(); ++i) params += widths[i] * widths[i + 1] + widths[i + 1];
+void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t train_samples, int dp) {
+  // The model's real parameter layout (registered, not allocated): buckets and shards as a run
+  // would plan them.
+  nn::ParamStore<float> store;
+  const nn::Mlp<float> mlp(store, static_cast<int>(shape.in_features), cfg.model.hidden,
+                           static_cast<int>(shape.outputs), cfg.model.activation);
+  const int zero = cfg.parallel.zero;
+  store.plan(zero >= 1 ? dp : 1, DataParallel::bucket_elements(cfg));
+  std::size_t largest = 0;
+  for (const auto& b : store.buckets()) largest = std::max(largest, b.length);
+  const auto full = static_cast<double>(store.size()), shard = static_cast<double>(store.shard_size()),
+             bucket = static_cast<double>(largest);
   const int states = cfg.optimizer.kind == OptimizerKind::adamw ? 2 : (cfg.optimizer.momentum > 0 ? 1 : 0);
+  // zero 3 holds its shard and one gathered bucket; zero 2 its gradient shard and the buckets
+  // between backward and the end of their exchange (about two); zero 1 both gradient buffers.
+  const double p = 4.0 * (zero >= 3 ? shard + bucket : full);
+  const double g = 4.0 * (zero >= 2 ? shard + 2 * bucket : zero == 1 ? full + shard : full);
+  const double o = 4.0 * states * (zero >= 1 ? shard : full);
+  const bool accumulate = zero >= 1 && cfg.parallel.micro_batches > 1 && (zero >= 2 || !cfg.comm.no_sync);
+  const double c = accumulate ? 4.0 * shard : 0.0;
+
   const std::int64_t micro = micro_batch_rows(cfg);
   const std::int64_t rows = std::max<std::int64_t>(micro, cfg.eval.batch);
   // Each hidden layer keeps its output before and after the activation and its gradient; the
@@ -61,16 +75,17 @@ void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t tra
   std::int64_t act = 0;
   for (int h : cfg.model.hidden) act += 3 * static_cast<std::int64_t>(h);
   act = rows * (act + 2 * shape.outputs);
-  const double p = 4.0 * static_cast<double>(params), o = p * states,
-               a = 4.0 * static_cast<double>(act), d = 4.0 * static_cast<double>(micro * shape.in_features);
-  std::cout << fmt::format("model: mlp {}-{}-{}, {} parameters; {} steps per epoch\n", shape.in_features,
-                           fmt::join(cfg.model.hidden, "-"), shape.outputs, params,
+  const double a = 4.0 * static_cast<double>(act), d = 4.0 * static_cast<double>(micro * shape.in_features);
+  std::cout << fmt::format("model: mlp {}-{}-{}, {} parameters in {} bucket(s); {} steps per epoch\n",
+                           shape.in_features, fmt::join(cfg.model.hidden, "-"), shape.outputs,
+                           store.parameter_count(), store.buckets().size(),
                            Sampler(train_samples, cfg.run.seed, cfg.train.global_batch, cfg.train.drop_last)
                                .batches_per_epoch());
-  std::cout << fmt::format("memory per rank (estimate): parameters {}, gradients {}, optimizer state {}, "
-                           "activations {} (micro-batch {}, eval batch {}), input batch {}, total {}\n",
-                           megabytes(p), megabytes(p), megabytes(o), megabytes(a), micro, cfg.eval.batch,
-                           megabytes(d), megabytes(2 * p + o + a + d));
+  std::cout << fmt::format("memory per rank (estimate, ZeRO stage {}): parameters {}, gradients {}, "
+                           "optimizer state {}, activations {} (micro-batch {}, eval batch {}), comm "
+                           "buffers {}, input batch {}, total {}\n",
+                           zero, megabytes(p), megabytes(g), megabytes(o), megabytes(a), micro,
+                           cfg.eval.batch, megabytes(c), megabytes(d), megabytes(p + g + o + a + c + d));
 }
 
 }  // namespace
@@ -91,7 +106,7 @@ int check(const DeckArgs& args, int ranks) {
                                cfg.data.train_split, train.info().samples, train.info().features,
                                shape.classification ? fmt::format("{} classes", shape.outputs)
                                                     : fmt::format("{} targets", shape.outputs));
-      print_estimate(cfg, shape, train.info().samples);
+      print_estimate(cfg, shape, train.info().samples, cfg.parallel.data);
       std::cout << fmt::format("deck {} is valid for {} ranks\n", cfg.deck_path, n);
     }
   });

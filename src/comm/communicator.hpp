@@ -24,6 +24,28 @@ struct GridCoord {
   int pipeline = 0;
 };
 
+/// \brief A nonblocking collective in flight. Its buffers must stay untouched until it is done.
+/// Move-only; destroying one still in flight waits for it.
+class PendingOp {
+ public:
+  PendingOp() = default;
+  explicit PendingOp(MPI_Request r) : request_(r) {}
+  PendingOp(PendingOp&& o) noexcept : request_(o.request_) { o.request_ = MPI_REQUEST_NULL; }
+  PendingOp& operator=(PendingOp&& o) noexcept;
+  PendingOp(const PendingOp&) = delete;
+  PendingOp& operator=(const PendingOp&) = delete;
+  ~PendingOp();
+
+  /// \brief Lets MPI progress it; true once it is complete (then always true).
+  bool test();
+  /// \brief Blocks until it is complete.
+  void wait();
+  bool done() const { return request_ == MPI_REQUEST_NULL; }
+
+ private:
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
 class Communicator {
  public:
   /// \brief Builds the grid over `world`; collective over world. dp*tp*pp must equal its size.
@@ -59,6 +81,18 @@ class Communicator {
   /// the same values on every rank; they differ from each other only by the order of the sums.
   void allreduce_sum(float* data, std::size_t n, Group g) const;
   void allreduce_sum(double* data, std::size_t n, Group g) const;
+  /// \brief Reduce-scatter of a sum (MPI's own algorithm): send holds chunk * size(g) values,
+  /// recv gets this rank's chunk of the sum (the rank(g)-th). Collective over the group.
+  void reduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g) const;
+  /// \brief Allgather: recv (chunk * size(g)) gets every rank's chunk in rank order; send may
+  /// be recv + rank(g) * chunk (in place). Collective over the group.
+  void allgather(const float* send, float* recv, std::size_t chunk, Group g) const;
+  /// \brief Nonblocking forms of allreduce_sum (always MPI's own algorithm), reduce_scatter_sum and
+  /// allgather. Every rank of the group must start the same operations in the same order.
+  PendingOp iallreduce_sum(float* data, std::size_t n, Group g) const;
+  PendingOp ireduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g) const;
+  PendingOp iallgather(const float* send, float* recv, std::size_t chunk, Group g) const;
+
   /// \brief Maximum over group g, in place. Collective over the group.
   void allreduce_max(double* data, std::size_t n, Group g) const;
   /// \brief Broadcasts a string from `root` of group g. Collective over the group.

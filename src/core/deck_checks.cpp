@@ -71,7 +71,6 @@ void resolve_layout(Config& cfg, int world_size) {
   };
   if (p.tensor > 1) unsupported("parallel.tensor", p.tensor, 1);
   if (p.pipeline > 1) unsupported("parallel.pipeline", p.pipeline, 1);
-  if (p.zero > 0) unsupported("parallel.zero", p.zero, 0);
 
   // Resolve data = 0 and check that the grid fills the world.
   const int model_ranks = p.tensor * p.pipeline;

@@ -152,7 +152,7 @@ std::vector<KeySpec> build_schema() {
     parallel.key<&P::pipeline>("pipeline", at_least(1), "pipeline stages (this version: 1)"),
     parallel.key<&P::micro_batches>("micro_batches", at_least(1), "micro-batches per data-parallel rank and step (gradients accumulate)"),
     parallel.choice<&P::schedule>("schedule", kPipelineSchedules, "pipeline schedule"),
-    parallel.key<&P::zero>("zero", closed(0, 3), "ZeRO stage: 0 off, 1 optimizer state, 2 and gradients, 3 and parameters (this version: 0)"),
+    parallel.key<&P::zero>("zero", closed(0, 3), "ZeRO stage over the data group: 0 off, 1 shards optimizer state, 2 also gradients, 3 also parameters"),
 
     optimizer.choice<&O::kind>("kind", kOptimizerKinds, "optimizer"),
     optimizer.key<&O::lr>("lr", above(0), "peak learning rate (the schedule scales it)"),
@@ -187,6 +187,9 @@ std::vector<KeySpec> build_schema() {
 
     comm.choice<&CommConfig::allreduce>("allreduce", kAllreduceAlgorithms, "gradient allreduce algorithm: mpi (MPI_Allreduce), ring (reduce-scatter + allgather), parameter-server (through rank 0)"),
     comm.key<&CommConfig::ring_segment_kb>("ring_segment_kb", at_least(1), "ring and parameter-server: KiB per point-to-point message, so large buffers pipeline"),
+    comm.key<&CommConfig::bucket_mb>("bucket_mb", above(0), "gradient bucket size in MB (whole layers, filled from the last layer backwards); the unit of exchange and of ZeRO-3 gathering"),
+    comm.flag<&CommConfig::overlap>("overlap", "start each full bucket's exchange (nonblocking, MPI's own algorithm) while backward continues"),
+    comm.flag<&CommConfig::no_sync>("no_sync", "with micro_batches > 1 and zero <= 1: accumulate locally and exchange once per step; false: exchange every micro-batch"),
   };
   // clang-format on
 }

@@ -14,10 +14,12 @@ namespace tessera::nn {
 template <class T>
 class Linear {
  public:
-  /// \brief Registers `<prefix>.weight` [out, in] and `<prefix>.bias` [out] in `store`
-  /// (before store.allocate()).
+  /// \brief Registers `<prefix>.weight` [out, in] and `<prefix>.bias` [out] in `store`, as a
+  /// unit of their own (before store.plan()).
   Linear(ParamStore<T>& store, const std::string& prefix, int in, int out)
       : store_(&store), in_(in), out_(out) {
+    store.begin_unit();
+    unit_ = store.units() - 1;
     const double bound = 1.0 / std::sqrt(double(in));
     weight_ = store.add(prefix + ".weight", {out, in}, InitKind::uniform, bound);
     bias_ = store.add(prefix + ".bias", {out}, InitKind::uniform, bound);
@@ -27,6 +29,8 @@ class Linear {
   int out_features() const { return out_; }
   std::size_t weight_index() const { return weight_; }
   std::size_t bias_index() const { return bias_; }
+  /// The store's unit holding this layer's parameters.
+  std::size_t unit() const { return unit_; }
 
   /// \brief y = x W^T + b.  x (B,in), y (B,out); rows may be strided (stride_0 >= extent 1).
   void forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& y) const {
@@ -80,6 +84,7 @@ class Linear {
   int out_;
   std::size_t weight_ = 0;
   std::size_t bias_ = 0;
+  std::size_t unit_ = 0;
 };
 
 }  // namespace tessera::nn

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/memory.hpp"
 #include "kernels/activation.hpp"
 
 namespace tessera::nn {
@@ -32,12 +33,12 @@ void Mlp<T>::reserve(int max_batch) {
   grad_.clear();
   for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
     const auto width = std::size_t(layers_[i].out_features());
-    const std::string layer = "tessera::nn::Mlp::layers." + std::to_string(i);
+    const std::string layer = mem::label(mem::Category::act, "tessera::nn::Mlp::layers." + std::to_string(i));
     pre_.emplace_back(Kokkos::view_alloc(layer + "::pre", Kokkos::WithoutInitializing), max_batch, width);
     post_.emplace_back(Kokkos::view_alloc(layer + "::post", Kokkos::WithoutInitializing), max_batch, width);
     grad_.emplace_back(Kokkos::view_alloc(layer + "::grad", Kokkos::WithoutInitializing), max_batch, width);
   }
-  logits_ = Matrix<T>(Kokkos::view_alloc("tessera::nn::Mlp::logits", Kokkos::WithoutInitializing),
+  logits_ = Matrix<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Mlp::logits"), Kokkos::WithoutInitializing),
                       max_batch, out_features());
 }
 
@@ -53,7 +54,9 @@ MatrixU<T> Mlp<T>::forward(const ExecSpace& exec, const MatrixU<const T>& x) {
   MatrixU<const T> h = x;
   for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
     const MatrixU<T> z = rows(pre_[i], batch_), a = rows(post_[i], batch_);
+    if (hooks_) hooks_->before_forward(layers_[i].unit());
     layers_[i].forward(exec, h, z);
+    if (hooks_) hooks_->after_forward(layers_[i].unit());
     if (act_ == Activation::relu) {
       kernels::relu_forward(exec, flat(z), flat(a));
     } else {
@@ -62,7 +65,9 @@ MatrixU<T> Mlp<T>::forward(const ExecSpace& exec, const MatrixU<const T>& x) {
     h = a;
   }
   const MatrixU<T> logits = rows(logits_, batch_);
+  if (hooks_) hooks_->before_forward(layers_.back().unit());
   layers_.back().forward(exec, h, logits);
+  if (hooks_) hooks_->after_forward(layers_.back().unit());
   return logits;
 }
 
@@ -79,7 +84,9 @@ void Mlp<T>::backward(const ExecSpace& exec, const MatrixU<const T>& dlogits) {
     // The layer's input, and where its input gradient goes (none for the first layer).
     const MatrixU<const T> x = i == 0 ? input_ : MatrixU<const T>(rows(post_[i - 1], batch_));
     const MatrixU<T> dx = i == 0 ? MatrixU<T>() : rows(grad_[i - 1], batch_);
+    if (hooks_) hooks_->before_backward(layers_[i].unit());
     layers_[i].backward(exec, x, dy, dx);
+    if (hooks_) hooks_->after_backward(layers_[i].unit());
     if (i == 0) break;
     // Through the activation in place: dL/dz = act'(z) dL/da.
     const MatrixU<T> z = rows(pre_[i - 1], batch_);

@@ -5,6 +5,7 @@
 
 #include "core/config.hpp"
 #include "kernels/views.hpp"
+#include "nn/hooks.hpp"
 #include "nn/linear.hpp"
 #include "nn/param_store.hpp"
 
@@ -33,6 +34,9 @@ class Mlp {
   /// dlogits (B,out), B as in the last forward(). The input gradient is not computed.
   void backward(const ExecSpace& exec, const MatrixU<const T>& dlogits);
 
+  /// \brief Tells `hooks` (may be null) about each layer as forward and backward reach it.
+  void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
+
   int in_features() const { return layers_.front().in_features(); }
   int out_features() const { return layers_.back().out_features(); }
   const std::vector<Linear<T>>& layers() const { return layers_; }
@@ -43,6 +47,7 @@ class Mlp {
   }
 
   Activation act_;
+  LayerHooks* hooks_ = nullptr;
   std::vector<Linear<T>> layers_;
   int max_batch_ = 0;
   int batch_ = 0;                 // rows of the last forward

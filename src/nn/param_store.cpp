@@ -1,71 +1,147 @@
 #include "nn/param_store.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <stdexcept>
 
+#include "core/memory.hpp"
 #include "kernels/random.hpp"
 
 namespace tessera::nn {
 
+namespace {
+std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
+}  // namespace
+
+template <class T>
+void ParamStore<T>::begin_unit() {
+  if (planned_) throw std::logic_error("tessera::ParamStore::begin_unit() after plan()");
+  // A unit without parameters is no unit: only a started one ends.
+  if (!infos_.empty() && infos_.back().unit + 1 == units_) ++units_;
+}
+
 template <class T>
 std::size_t ParamStore<T>::add(const std::string& name, std::vector<std::int64_t> shape,
                                InitKind init, double bound) {
-  if (allocated_) {
-    throw std::logic_error("tessera::ParamStore::add('" + name + "') after allocate()");
-  }
-  for (const auto& info : infos_) {
-    if (info.name == name) {
-      throw std::logic_error("tessera::ParamStore::add: parameter '" + name + "' exists");
-    }
-  }
+  if (planned_) throw std::logic_error(fmt::format("tessera::ParamStore::add('{}') after plan()", name));
+  for (const auto& info : infos_)
+    if (info.name == name)
+      throw std::logic_error(fmt::format("tessera::ParamStore::add: parameter '{}' exists", name));
   std::size_t size = 1;
   for (const std::int64_t extent : shape) {
-    if (extent < 0) {
-      throw std::invalid_argument("tessera::ParamStore::add: parameter '" + name +
-                                  "' has a negative extent " + std::to_string(extent));
-    }
+    if (extent < 0)
+      throw std::invalid_argument(fmt::format("tessera::ParamStore::add: parameter '{}' has a "
+                                              "negative extent {}", name, extent));
     size *= static_cast<std::size_t>(extent);
   }
   ParamInfo info;
   info.name = name;
   info.shape = std::move(shape);
-  info.offset = size_;
   info.size = size;
+  info.unit = units_ - 1;
   info.init = init;
   info.bound = bound;
   infos_.push_back(std::move(info));
-  size_ += (size + alignment - 1) / alignment * alignment;
   return infos_.size() - 1;
 }
 
 template <class T>
-void ParamStore<T>::allocate() {
+void ParamStore<T>::plan(int shards, std::size_t bucket_elements) {
+  if (planned_) throw std::logic_error("tessera::ParamStore::plan() called twice");
+  if (shards < 1) throw std::invalid_argument("tessera::ParamStore::plan: shards must be >= 1");
+  shards_ = shards;
+  units_ = infos_.empty() ? 0 : infos_.back().unit + 1;  // a trailing begin_unit() adds none
+  // Units' aligned sizes, then buckets filled from the last unit backwards.
+  std::vector<std::size_t> unit_size(units_, 0), unit_first(units_, infos_.size()), unit_end(units_, 0);
+  for (std::size_t i = 0; i < infos_.size(); ++i) {
+    const std::size_t u = infos_[i].unit;
+    unit_size[u] += round_up(infos_[i].size, alignment);
+    unit_first[u] = std::min(unit_first[u], i);
+    unit_end[u] = std::max(unit_end[u], i + 1);
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [first_unit, last_unit], backwards
+  std::size_t open_last = units_ - 1, filled = 0;
+  for (std::size_t u = units_; u-- > 0;) {
+    filled += unit_size[u];
+    if (filled >= bucket_elements || u == 0) {
+      ranges.emplace_back(u, open_last);
+      filled = 0;
+      open_last = u - 1;
+    }
+  }
+  std::reverse(ranges.begin(), ranges.end());
+
+  buckets_.clear();
+  unit_bucket_.assign(units_, 0);
+  size_ = 0;
+  std::size_t shard_offset = 0;
+  for (const auto& [first, last] : ranges) {
+    Bucket b;
+    b.offset = size_;
+    b.first_unit = first;
+    b.last_unit = last;
+    b.first_param = unit_first[first];
+    b.end_param = unit_end[last];
+    std::size_t at = b.offset;
+    for (std::size_t i = b.first_param; i < b.end_param; ++i) {
+      infos_[i].offset = at;
+      infos_[i].bucket = buckets_.size();
+      at += round_up(infos_[i].size, alignment);
+    }
+    b.length = round_up(at - b.offset, alignment * static_cast<std::size_t>(shards));
+    b.chunk = b.length / static_cast<std::size_t>(shards);
+    b.shard_offset = shard_offset;
+    shard_offset += b.chunk;
+    for (std::size_t u = first; u <= last; ++u) unit_bucket_[u] = buckets_.size();
+    size_ += b.length;
+    buckets_.push_back(b);
+  }
+  planned_ = true;
+}
+
+template <class T>
+void ParamStore<T>::allocate(Storage storage) {
   if (allocated_) throw std::logic_error("tessera::ParamStore::allocate() called twice");
-  values_ = Vector<T>("tessera::ParamStore::values", size_);
-  grads_ = Vector<T>("tessera::ParamStore::grads", size_);
+  if (!planned_) plan(1);
+  storage_ = storage;
+  value_base_.assign(buckets_.size(), nullptr);
+  grad_base_.assign(buckets_.size(), nullptr);
+  if (storage.full_values) {
+    values_ = Vector<T>(mem::label(mem::Category::param, "tessera::ParamStore::values"), size_);
+    for (std::size_t b = 0; b < buckets_.size(); ++b) value_base_[b] = values_.data() + buckets_[b].offset;
+  }
+  if (storage.full_grads) {
+    grads_ = Vector<T>(mem::label(mem::Category::grad, "tessera::ParamStore::grads"), size_);
+    for (std::size_t b = 0; b < buckets_.size(); ++b) grad_base_[b] = grads_.data() + buckets_[b].offset;
+  }
   allocated_ = true;
 }
 
 template <class T>
-void ParamStore<T>::initialize(const ExecSpace& exec, std::uint64_t seed) {
-  if (!allocated_) throw std::logic_error("tessera::ParamStore::initialize() before allocate()");
+void ParamStore<T>::initialize_range(const ExecSpace& exec, std::uint64_t seed, std::size_t begin,
+                                     std::size_t end, T* out) const {
+  Kokkos::deep_copy(exec, VectorU<T>(out, end - begin), T(0));
   for (const auto& info : infos_) {
-    const VectorU<T> v(values_.data() + info.offset, info.size);
+    const std::size_t lo = std::max(begin, info.offset), hi = std::min(end, info.offset + info.size);
+    if (lo >= hi) continue;
+    const VectorU<T> v(out + (lo - begin), hi - lo);
+    const std::uint64_t first = lo - info.offset;  // logical index of v(0)
     const std::uint64_t stream = kernels::hash_name(info.name);
     const double bound = info.bound;
-    const std::string label = "tessera::ParamStore::initialize";
+    const char* label = "tessera::ParamStore::initialize";
     switch (info.init) {
       case InitKind::uniform:
-        Kokkos::parallel_for(label, range(exec, Index(info.size)), KOKKOS_LAMBDA(const Index j) {
-          v(j) = T(bound * (2.0 * kernels::uniform01(seed, stream, std::uint64_t(j)) - 1.0));
+        Kokkos::parallel_for(label, range(exec, Index(hi - lo)), KOKKOS_LAMBDA(const Index j) {
+          v(j) = T(bound * (2.0 * kernels::uniform01(seed, stream, first + std::uint64_t(j)) - 1.0));
         });
         break;
       case InitKind::normal:
-        Kokkos::parallel_for(label, range(exec, Index(info.size)), KOKKOS_LAMBDA(const Index j) {
-          v(j) = T(bound * kernels::normal(seed, stream, std::uint64_t(j)));
+        Kokkos::parallel_for(label, range(exec, Index(hi - lo)), KOKKOS_LAMBDA(const Index j) {
+          v(j) = T(bound * kernels::normal(seed, stream, first + std::uint64_t(j)));
         });
         break;
       case InitKind::zeros:
-        Kokkos::deep_copy(exec, v, T(0));
         break;
       case InitKind::ones:
         Kokkos::deep_copy(exec, v, T(1));
@@ -75,16 +151,23 @@ void ParamStore<T>::initialize(const ExecSpace& exec, std::uint64_t seed) {
 }
 
 template <class T>
+void ParamStore<T>::initialize(const ExecSpace& exec, std::uint64_t seed) {
+  if (!allocated_ || !storage_.full_values)
+    throw std::logic_error("tessera::ParamStore::initialize() needs allocated full values");
+  initialize_range(exec, seed, 0, size_, values_.data());
+}
+
+template <class T>
 void ParamStore<T>::zero_grads(const ExecSpace& exec) {
+  if (!storage_.full_grads) throw std::logic_error("tessera::ParamStore::zero_grads() without full gradients");
   Kokkos::deep_copy(exec, grads_, T(0));
 }
 
 template <class T>
 std::size_t ParamStore<T>::find(const std::string& name) const {
-  for (std::size_t i = 0; i < infos_.size(); ++i) {
+  for (std::size_t i = 0; i < infos_.size(); ++i)
     if (infos_[i].name == name) return i;
-  }
-  throw std::out_of_range("tessera::ParamStore: no parameter named '" + name + "'");
+  throw std::out_of_range(fmt::format("tessera::ParamStore: no parameter named '{}'", name));
 }
 
 template <class T>
@@ -95,19 +178,50 @@ std::size_t ParamStore<T>::parameter_count() const {
 }
 
 template <class T>
+void ParamStore<T>::attach_values(std::size_t b, T* base) {
+  if (storage_.full_values) throw std::logic_error("tessera::ParamStore::attach_values with full values");
+  value_base_.at(b) = base;
+}
+
+template <class T>
+void ParamStore<T>::attach_grads(std::size_t b, T* base) {
+  if (storage_.full_grads) throw std::logic_error("tessera::ParamStore::attach_grads with full gradients");
+  grad_base_.at(b) = base;
+}
+
+template <class T>
 const ParamInfo& ParamStore<T>::at(std::size_t i) const {
   if (!allocated_) throw std::logic_error("tessera::ParamStore: views requested before allocate()");
   return infos_.at(i);
 }
 
 template <class T>
-MatrixU<T> ParamStore<T>::matrix(const Vector<T>& buffer, std::size_t i) const {
+T* ParamStore<T>::value_ptr(std::size_t i) const {
   const ParamInfo& info = at(i);
-  if (info.shape.size() != 2) {
-    throw std::logic_error("tessera::ParamStore: parameter '" + info.name + "' has " +
-                           std::to_string(info.shape.size()) + " dimensions, not 2");
-  }
-  return MatrixU<T>(buffer.data() + info.offset, info.shape[0], info.shape[1]);
+  T* base = value_base_[info.bucket];
+  if (base == nullptr)
+    throw std::logic_error(fmt::format("tessera::ParamStore: values of '{}' requested while its "
+                                       "bucket is not gathered", info.name));
+  return base + (info.offset - buckets_[info.bucket].offset);
+}
+
+template <class T>
+T* ParamStore<T>::grad_ptr(std::size_t i) const {
+  const ParamInfo& info = at(i);
+  T* base = grad_base_[info.bucket];
+  if (base == nullptr)
+    throw std::logic_error(fmt::format("tessera::ParamStore: gradient of '{}' requested while its "
+                                       "bucket has no gradient buffer", info.name));
+  return base + (info.offset - buckets_[info.bucket].offset);
+}
+
+template <class T>
+MatrixU<T> ParamStore<T>::matrix(T* data, std::size_t i) const {
+  const ParamInfo& info = at(i);
+  if (info.shape.size() != 2)
+    throw std::logic_error(fmt::format("tessera::ParamStore: parameter '{}' has {} dimensions, not 2",
+                                       info.name, info.shape.size()));
+  return MatrixU<T>(data, info.shape[0], info.shape[1]);
 }
 
 template class ParamStore<float>;

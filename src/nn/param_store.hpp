@@ -1,13 +1,24 @@
 #pragma once
-// Every parameter of a model in one flat buffer of values and one of gradients, so that the
-// gradient allreduce is one call and the optimizer one kernel. Parameters are registered by
-// name (layers.0.weight) before allocate(); each gets an offset padded to 16 elements (the
-// padding stays zero in values and gradients).
+// Every parameter of a model in flat buffers of values and of gradients, so that a gradient
+// exchange is one call per bucket and the optimizer one kernel. Parameters are registered by name
+// (layers.0.weight) before allocate(), grouped into units (one layer each: what ZeRO-3 gathers
+// and what backward finishes at once); each gets an offset padded to 16 elements (the padding stays
+// zero in values and gradients).
+//
+// Buckets: plan() groups consecutive units, filled from the last unit backwards (the order
+// backward finishes them), into buckets of about bucket_elements each. A bucket is a contiguous
+// range of the flat layout whose length is a multiple of 16 * shards, so a ZeRO data rank r owns
+// the r-th equal chunk of every bucket; a rank's shard is its chunks one after another.
+//
+// Storage: by default both flat buffers are allocated (full_values, full_grads). A ZeRO stage may
+// leave either out and attach a bucket's memory only while it is needed (attach_values /
+// attach_grads); views of a detached bucket's parameters throw std::logic_error.
 //
 // Initial values follow DESIGN.md's invariant: element j of parameter `name` is a pure function
-// of (seed, hash_name(name), j), whatever else the store holds and whatever the rank count.
+// of (seed, hash_name(name), j), whatever else the store holds, whatever the rank count and shard.
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -20,10 +31,30 @@ enum class InitKind { uniform, normal, zeros, ones };
 struct ParamInfo {
   std::string name;                 ///< stable, layout-free: "layers.0.weight"
   std::vector<std::int64_t> shape;  ///< logical shape, row-major ([out, in] for a weight)
-  std::size_t offset = 0;           ///< first element in the flat buffers
+  std::size_t offset = 0;           ///< first element in the flat buffers (set by plan())
   std::size_t size = 0;             ///< product of shape
+  std::size_t unit = 0;             ///< the unit (layer) it belongs to
+  std::size_t bucket = 0;           ///< the bucket it belongs to (set by plan())
   InitKind init = InitKind::zeros;
   double bound = 0.0;               ///< uniform: U(-bound, bound); normal: N(0, bound^2)
+};
+
+/// A contiguous range of the flat layout holding whole units.
+struct Bucket {
+  std::size_t offset = 0;        ///< first element in the flat layout
+  std::size_t length = 0;        ///< elements, padding included: a multiple of 16 * shards
+  std::size_t first_param = 0;   ///< parameters [first_param, end_param)
+  std::size_t end_param = 0;
+  std::size_t first_unit = 0;    ///< units [first_unit, last_unit]
+  std::size_t last_unit = 0;
+  std::size_t chunk = 0;         ///< length / shards: what each shard owns of it
+  std::size_t shard_offset = 0;  ///< where that chunk starts in a shard
+};
+
+/// Which flat buffers allocate() creates.
+struct Storage {
+  bool full_values = true;
+  bool full_grads = true;
 };
 
 template <class T>
@@ -32,47 +63,82 @@ class ParamStore {
   /// Offsets are multiples of this many elements.
   static constexpr std::size_t alignment = 16;
 
-  /// \brief Registers a parameter; returns its index. Throws std::logic_error after allocate()
-  /// or for a repeated name, std::invalid_argument for a negative extent.
+  /// \brief Starts a new unit; parameters added from now on belong to it. Before the first call
+  /// every parameter belongs to unit 0.
+  void begin_unit();
+
+  /// \brief Registers a parameter; returns its index. Throws std::logic_error after plan() or
+  /// allocate(), or for a repeated name, std::invalid_argument for a negative extent.
   std::size_t add(const std::string& name, std::vector<std::int64_t> shape, InitKind init,
                   double bound = 0.0);
 
-  /// \brief Allocates the value and gradient buffers (zero-filled). Call once, after every add().
-  void allocate();
-  bool allocated() const { return allocated_; }
+  /// \brief Fixes the layout: buckets of about bucket_elements (at least one unit each) and
+  /// bucket lengths divisible into `shards` equal chunks. Optional; allocate() plans one bucket
+  /// and one shard when it was not called.
+  void plan(int shards, std::size_t bucket_elements = std::numeric_limits<std::size_t>::max());
 
-  /// \brief Fills every parameter from its (seed, name) stream; padding stays zero.
+  /// \brief Allocates the flat buffers the storage asks for (zero-filled). Call once.
+  void allocate(Storage storage = {});
+  bool allocated() const { return allocated_; }
+  const Storage& storage() const { return storage_; }
+
+  /// \brief Fills every parameter from its (seed, name) stream; padding stays zero. Needs full values.
   void initialize(const ExecSpace& exec, std::uint64_t seed);
-  /// \brief Sets every gradient (and the padding) to zero.
+  /// \brief Fills out[0, end-begin) with flat elements [begin, end) as initialize() would.
+  void initialize_range(const ExecSpace& exec, std::uint64_t seed, std::size_t begin,
+                        std::size_t end, T* out) const;
+  /// \brief Sets every gradient (and the padding) to zero. Needs full gradients.
   void zero_grads(const ExecSpace& exec);
 
   /// Index of the parameter called `name`; throws std::out_of_range when there is none.
   std::size_t find(const std::string& name) const;
 
   /// Parameter i's values (size), its gradient, and both as a matrix (2-D parameters only).
-  VectorU<T> value(std::size_t i) const { return VectorU<T>(values_.data() + at(i).offset, at(i).size); }
-  VectorU<T> grad(std::size_t i) const { return VectorU<T>(grads_.data() + at(i).offset, at(i).size); }
-  MatrixU<T> value_matrix(std::size_t i) const { return matrix(values_, i); }
-  MatrixU<T> grad_matrix(std::size_t i) const { return matrix(grads_, i); }
+  VectorU<T> value(std::size_t i) const { return VectorU<T>(value_ptr(i), at(i).size); }
+  VectorU<T> grad(std::size_t i) const { return VectorU<T>(grad_ptr(i), at(i).size); }
+  MatrixU<T> value_matrix(std::size_t i) const { return matrix(value_ptr(i), i); }
+  MatrixU<T> grad_matrix(std::size_t i) const { return matrix(grad_ptr(i), i); }
 
-  /// The whole flat buffers (padding included): size() elements.
+  /// The whole flat buffers (padding included): size() elements; empty when not allocated.
   Vector<T> values() const { return values_; }
   Vector<T> grads() const { return grads_; }
   const std::vector<ParamInfo>& infos() const { return infos_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  /// The bucket holding unit u.
+  std::size_t bucket_of_unit(std::size_t u) const { return unit_bucket_.at(u); }
+  std::size_t units() const { return units_; }
+  int shards() const { return shards_; }
+  /// Elements of one rank's shard: the sum of every bucket's chunk.
+  std::size_t shard_size() const { return size_ / static_cast<std::size_t>(shards_); }
   /// Elements in each flat buffer, padding included.
   std::size_t size() const { return size_; }
   /// Elements of all parameters, padding excluded (what a user calls the parameter count).
   std::size_t parameter_count() const;
 
+  /// \brief Points bucket b's values (or gradients) at `base` (bucket.length elements), or
+  /// detaches them with nullptr. Only where the storage leaves that buffer out.
+  void attach_values(std::size_t b, T* base);
+  void attach_grads(std::size_t b, T* base);
+  bool values_attached(std::size_t b) const { return value_base_.at(b) != nullptr; }
+  bool grads_attached(std::size_t b) const { return grad_base_.at(b) != nullptr; }
+
  private:
   const ParamInfo& at(std::size_t i) const;
-  MatrixU<T> matrix(const Vector<T>& buffer, std::size_t i) const;
+  T* value_ptr(std::size_t i) const;
+  T* grad_ptr(std::size_t i) const;
+  MatrixU<T> matrix(T* data, std::size_t i) const;
 
   std::vector<ParamInfo> infos_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> unit_bucket_;
+  std::size_t units_ = 1;
+  int shards_ = 1;
   std::size_t size_ = 0;
-  bool allocated_ = false;
+  bool planned_ = false, allocated_ = false;
+  Storage storage_;
   Vector<T> values_;
   Vector<T> grads_;
+  std::vector<T*> value_base_, grad_base_;  // per bucket: where its first element lives
 };
 
 extern template class ParamStore<float>;

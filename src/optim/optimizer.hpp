@@ -11,11 +11,17 @@ namespace tessera {
 
 class Optimizer {
  public:
-  /// \param n number of elements of the flat parameter buffer.
+  /// \param n elements of state per buffer: the flat parameter buffer, or a ZeRO shard of it.
   Optimizer(const OptimizerConfig& cfg, std::size_t n);
 
   /// \brief One update of params from grads at learning rate lr; counts the step.
   void step(const ExecSpace& exec, Vector<float> params, Vector<float> grads, double lr);
+
+  /// \brief A step in pieces: begin_step() counts it (AdamW's bias correction uses the count),
+  /// then update() for each piece; a piece's state is the state's elements from state_offset on.
+  void begin_step() { ++steps_; }
+  void update(const ExecSpace& exec, VectorU<float> params, VectorU<float> grads, double lr,
+              std::size_t state_offset);
 
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t s) { steps_ = s; }

@@ -101,11 +101,14 @@ std::string Checkpointer::find_latest() const {
   return found;
 }
 
-std::string Checkpointer::save(const Model& model, const Optimizer& opt,
+std::string Checkpointer::save(const Model& model, const DataParallel& dp,
                                const TrainState& state) const {
   const auto& store = model.params();
-  // Host copies at the I/O boundary.
-  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), store.values());
+  const Optimizer& opt = dp.optimizer();
+  // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
+  // optimizer state (full at zero 0, this rank's shard above).
+  const bool sharded_values = dp.zero() >= 3;
+  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), sharded_values ? dp.value_shard() : store.values());
   std::vector<decltype(h_values)> h_states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i)
     h_states.push_back(Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)));
@@ -128,11 +131,27 @@ std::string Checkpointer::save(const Model& model, const Optimizer& opt,
                             {"batch_in_epoch", state.batch_in_epoch},
                             {"samples_seen", state.samples_seen}};
   const int rank = comm_.rank(), ranks = comm_.size();
-  for (const auto& p : store.infos()) {
-    c.tensors.push_back(owned_slab("model/" + p.name, p.shape, h_values.data() + p.offset, rank, ranks));
-    for (std::size_t i = 0; i < h_states.size(); ++i)
-      c.tensors.push_back(owned_slab("optimizer/" + p.name + "/" + opt.state_names()[i], p.shape,
-                                     h_states[i].data() + p.offset, rank, ranks));
+  const auto pieces = dp.zero() >= 1 ? dp.shard_pieces() : std::vector<DataParallel::Piece>{};
+  // A tensor this rank holds whole is split by rows over the ranks; a shard's piece is written
+  // by the rank that holds it.
+  const auto slab = [&](const std::string& path, std::size_t i, const float* full, const float* shard) {
+    const auto& p = store.infos()[i];
+    if (shard == nullptr) return owned_slab(path, p.shape, full + p.offset, rank, ranks);
+    io::TensorSlab t;
+    t.path = path;
+    t.shape = to_u64(p.shape);
+    t.by_elements = true;
+    t.first = pieces[i].begin;
+    t.last = pieces[i].end;
+    t.data = shard + pieces[i].shard_offset;
+    return t;
+  };
+  for (std::size_t i = 0; i < store.infos().size(); ++i) {
+    const auto& p = store.infos()[i];
+    c.tensors.push_back(slab("model/" + p.name, i, h_values.data(), sharded_values ? h_values.data() : nullptr));
+    for (std::size_t k = 0; k < h_states.size(); ++k)
+      c.tensors.push_back(slab("optimizer/" + p.name + "/" + opt.state_names()[k], i, h_states[k].data(),
+                               dp.zero() >= 1 ? h_states[k].data() : nullptr));
   }
 
   const fs::path path = fs::path(dir_) / fmt::format("step_{:08}.h5", state.step);
@@ -163,7 +182,7 @@ std::string Checkpointer::save(const Model& model, const Optimizer& opt,
   return path.string();
 }
 
-void Checkpointer::load_model(const std::string& path, Model& model) const {
+void Checkpointer::load_model(const std::string& path, Model& model, DataParallel* dp) const {
   io::CheckpointFile file(comm_.handle(), path);
   auto& store = model.params();
   // The checkpoint must hold exactly the deck's tensors with the deck's shapes.
@@ -186,6 +205,15 @@ void Checkpointer::load_model(const std::string& path, Model& model) const {
       throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} is not "
                                    "part of the model", path, n));
   }
+  if (dp != nullptr && dp->zero() >= 3) {
+    // Only this rank's shard of the values exists.
+    auto h_shard = Kokkos::create_mirror_view(dp->value_shard());
+    for (const auto& piece : dp->shard_pieces())
+      file.read_elements("model/" + store.infos()[piece.param].name, piece.begin, piece.end,
+                         h_shard.data() + piece.shard_offset);
+    Kokkos::deep_copy(dp->value_shard(), h_shard);
+    return;
+  }
   auto h_values = Kokkos::create_mirror_view(store.values());
   for (const auto& p : store.infos()) {
     const auto shape = to_u64(p.shape);
@@ -195,8 +223,9 @@ void Checkpointer::load_model(const std::string& path, Model& model) const {
   Kokkos::deep_copy(store.values(), h_values);
 }
 
-TrainState Checkpointer::load(const std::string& path, Model& model, Optimizer& opt) const {
-  load_model(path, model);
+TrainState Checkpointer::load(const std::string& path, Model& model, DataParallel& dp) const {
+  load_model(path, model, &dp);
+  Optimizer& opt = dp.optimizer();
   io::CheckpointFile file(comm_.handle(), path);
   const auto oattrs = file.group_attrs("optimizer");
   const auto kind = attr_as<std::string>(oattrs, "kind", path);
@@ -204,15 +233,21 @@ TrainState Checkpointer::load(const std::string& path, Model& model, Optimizer& 
     throw InputError(fmt::format("{}: checkpoint holds {} optimizer state but optimizer.kind = "
                                  "\"{}\"", path, kind, opt.kind_name()));
   const auto& store = model.params();
+  const auto pieces = dp.zero() >= 1 ? dp.shard_pieces() : std::vector<DataParallel::Piece>{};
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
     auto h_state = Kokkos::create_mirror_view(opt.state(i));
-    for (const auto& p : store.infos()) {
+    for (std::size_t k = 0; k < store.infos().size(); ++k) {
+      const auto& p = store.infos()[k];
       const std::string ds = "optimizer/" + p.name + "/" + opt.state_names()[i];
       if (!file.has(ds))
         throw InputError(fmt::format("{}: checkpoint lacks optimizer state {}", path, ds));
-      const auto shape = to_u64(p.shape);
-      const std::vector<std::uint64_t> offset(shape.size(), 0);
-      file.read(ds, offset, shape, h_state.data() + p.offset);
+      if (dp.zero() >= 1) {
+        file.read_elements(ds, pieces[k].begin, pieces[k].end, h_state.data() + pieces[k].shard_offset);
+      } else {
+        const auto shape = to_u64(p.shape);
+        const std::vector<std::uint64_t> offset(shape.size(), 0);
+        file.read(ds, offset, shape, h_state.data() + p.offset);
+      }
     }
     Kokkos::deep_copy(opt.state(i), h_state);
   }

@@ -8,7 +8,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
-#include "optim/optimizer.hpp"
+#include "train/data_parallel.hpp"
 #include "train/model.hpp"
 
 namespace tessera {
@@ -33,15 +33,16 @@ class Checkpointer {
 
   /// \brief Writes step_<step>.h5, updates `latest` and drops checkpoints beyond `keep`.
   /// Collective over world. Returns the path written.
-  std::string save(const Model& model, const Optimizer& opt, const TrainState& state) const;
+  std::string save(const Model& model, const DataParallel& dp, const TrainState& state) const;
 
   /// \brief Loads parameters and optimizer state from `path` into model and opt; collective.
   /// Throws InputError naming the first tensor that does not fit the model, or the optimizer
   /// kind when it differs from the deck's.
-  TrainState load(const std::string& path, Model& model, Optimizer& opt) const;
+  /// Any ZeRO stage reads any checkpoint: a shard reads only its pieces.
+  TrainState load(const std::string& path, Model& model, DataParallel& dp) const;
 
-  /// \brief Loads only the parameters (evaluation). Collective.
-  void load_model(const std::string& path, Model& model) const;
+  /// \brief Loads only the parameters (evaluation; dp when they are sharded). Collective.
+  void load_model(const std::string& path, Model& model, DataParallel* dp = nullptr) const;
 
  private:
   const Config& cfg_;

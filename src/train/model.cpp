@@ -1,19 +1,42 @@
 #include "train/model.hpp"
 
+#include "core/memory.hpp"
 #include "nn/loss.hpp"
 
 namespace tessera {
 
-Model::Model(const Config& cfg, const ModelShape& shape, int max_batch)
+Model::Model(const Config& cfg, const ModelShape& shape, int max_batch, const ParamLayout& layout)
     : shape_(shape), max_batch_(max_batch), store_(std::make_unique<nn::ParamStore<float>>()) {
   mlp_ = std::make_unique<nn::Mlp<float>>(*store_, static_cast<int>(shape.in_features),
                                           cfg.model.hidden, static_cast<int>(shape.outputs),
                                           cfg.model.activation);
-  store_->allocate();
-  store_->initialize(ExecSpace(), cfg.run.seed);
+  store_->plan(layout.shards, layout.bucket_elements);
+  store_->allocate(layout.storage);
+  if (layout.storage.full_values) store_->initialize(ExecSpace(), cfg.run.seed);
   mlp_->reserve(max_batch);
-  dlogits_ = Matrix<float>("Model::dlogits", static_cast<std::size_t>(max_batch),
+  dlogits_ = Matrix<float>(mem::label(mem::Category::act, "tessera::Model::dlogits"), static_cast<std::size_t>(max_batch),
                            static_cast<std::size_t>(shape.outputs));
+}
+
+void Model::set_hooks(nn::LayerHooks* hooks) {
+  hooks_ = hooks;
+  mlp_->set_hooks(hooks);
+}
+
+void Model::idle_forward() {
+  if (!hooks_) return;
+  for (std::size_t u = 0; u < store_->units(); ++u) {
+    hooks_->before_forward(u);
+    hooks_->after_forward(u);
+  }
+}
+
+void Model::idle_backward() {
+  if (!hooks_) return;
+  for (std::size_t u = store_->units(); u-- > 0;) {
+    hooks_->before_backward(u);
+    hooks_->after_backward(u);
+  }
 }
 
 LossSums Model::loss(const ExecSpace& exec, MatrixU<const float> logits,

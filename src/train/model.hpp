@@ -2,11 +2,13 @@
 // The trained model: its parameters (one flat buffer), its layers and its loss, plus the
 // per-micro-batch buffers that feed it. Shapes come from the dataset.
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
 #include "core/config.hpp"
 #include "kernels/views.hpp"
+#include "nn/hooks.hpp"
 #include "nn/mlp.hpp"
 #include "nn/param_store.hpp"
 
@@ -25,10 +27,21 @@ struct LossSums {
   double correct = 0.0;
 };
 
+/// How the parameter store is laid out and which of its buffers exist (see nn::ParamStore).
+struct ParamLayout {
+  int shards = 1;
+  std::size_t bucket_elements = std::numeric_limits<std::size_t>::max();
+  nn::Storage storage;
+};
+
 class Model {
  public:
-  /// Builds the layers and initialises every parameter from (seed, name, index).
-  Model(const Config& cfg, const ModelShape& shape, int max_batch);
+  /// Builds the layers and, where the storage holds all values, initialises every parameter
+  /// from (seed, name, index) (else the owner of the shards does).
+  Model(const Config& cfg, const ModelShape& shape, int max_batch, const ParamLayout& layout = {});
+
+  /// \brief Tells `hooks` (may be null) about each layer as forward and backward reach it.
+  void set_hooks(nn::LayerHooks* hooks);
 
   /// \brief Forward and loss of one micro-batch, keeping what backward() needs.
   /// x (B, in); labels (B) or targets (B, outputs); loss_scale multiplies each sample's loss
@@ -41,6 +54,11 @@ class Model {
   /// \brief Forward and loss only (evaluation).
   LossSums forward_loss(const ExecSpace& exec, MatrixU<const float> x,
                         VectorU<const std::int32_t> labels, MatrixU<const float> targets);
+
+  /// \brief For a rank with no samples in a micro-batch: tells the hooks about every layer as a
+  /// forward (or backward) would, so it takes part in the collectives they start.
+  void idle_forward();
+  void idle_backward();
 
   nn::ParamStore<float>& params() { return *store_; }
   const nn::ParamStore<float>& params() const { return *store_; }
@@ -58,6 +76,7 @@ class Model {
   std::unique_ptr<nn::ParamStore<float>> store_;
   std::unique_ptr<nn::Mlp<float>> mlp_;
   Matrix<float> dlogits_;  // (max_batch, outputs)
+  nn::LayerHooks* hooks_ = nullptr;
 };
 
 }  // namespace tessera

@@ -37,6 +37,13 @@ class StepTimer {
   Scope time(Phase p, const ExecSpace& exec) { return Scope(*this, p, exec); }
   double seconds(Phase p) const { return seconds_[static_cast<std::size_t>(p)]; }
   void reset() { seconds_.fill(0.0); }
+  /// Counts s seconds of phase `from` as phase `to` (communication done inside compute phases).
+  void move(Phase from, Phase to, double s) {
+    seconds_[static_cast<std::size_t>(from)] -= s;
+    seconds_[static_cast<std::size_t>(to)] += s;
+  }
+  /// Adds s seconds to phase p (timed elsewhere).
+  void add(Phase p, double s) { seconds_[static_cast<std::size_t>(p)] += s; }
 
   static double now() {
     using namespace std::chrono;

@@ -8,7 +8,7 @@
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
-#include "kernels/reduce.hpp"
+#include "core/memory.hpp"
 #include "optim/schedule.hpp"
 #include "train/stop_signal.hpp"
 
@@ -61,9 +61,9 @@ void allocate_batch(const io::SplitInfo& info, std::size_t rows, std::vector<flo
                     Vector<std::int32_t>& y, Matrix<float>& t) {
   const auto f = static_cast<std::size_t>(info.features);
   const auto w = static_cast<std::size_t>(std::max<std::int64_t>(1, info.target_width));
-  x = Matrix<float>("Trainer::inputs", rows, f);
-  y = Vector<std::int32_t>("Trainer::labels", info.has_labels ? rows : 0);
-  t = Matrix<float>("Trainer::targets", info.has_labels ? 0 : rows, w);
+  x = Matrix<float>(mem::label(mem::Category::data, "tessera::Trainer::inputs"), rows, f);
+  y = Vector<std::int32_t>(mem::label(mem::Category::data, "tessera::Trainer::labels"), info.has_labels ? rows : 0);
+  t = Matrix<float>(mem::label(mem::Category::data, "tessera::Trainer::targets"), info.has_labels ? 0 : rows, w);
   if (!host_accessible) {
     h_x.resize(rows * f);
     h_y.resize(info.has_labels ? rows : 0);
@@ -126,7 +126,10 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
     const std::size_t begin = std::min(k * batch, mine.size());
     const auto idx = mine.subspan(begin, std::min(batch, mine.size() - begin));
     const Batch b = load_batch(split, idx, h_x, h_y, h_t, x, y, t);
-    if (idx.empty()) continue;
+    if (idx.empty()) {
+      model.idle_forward();  // still take part in what the layers exchange (ZeRO-3 gathers)
+      continue;
+    }
     const LossSums l = model.forward_loss(exec, b.x, b.labels, b.targets);
     sums[0] += l.loss;
     sums[1] += l.correct;
@@ -164,8 +167,14 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   }
 
   const int micro = micro_batch_rows(cfg_);
-  model_ = std::make_unique<Model>(cfg_, shape, std::max(micro, test_ ? cfg_.eval.batch : 1));
-  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, model_->params().size());
+  ParamLayout layout;
+  layout.shards = DataParallel::shards(cfg_, comm_);
+  layout.bucket_elements = DataParallel::bucket_elements(cfg_);
+  layout.storage = DataParallel::storage(cfg_.parallel.zero);
+  model_ = std::make_unique<Model>(cfg_, shape, std::max(micro, test_ ? cfg_.eval.batch : 1), layout);
+  dp_ = std::make_unique<DataParallel>(cfg_, comm_, model_->params());
+  model_->set_hooks(dp_.get());
+  if (cfg_.parallel.zero >= 3) dp_->initialize(exec_, cfg_.run.seed);
   sampler_ = std::make_unique<Sampler>(train_->info().samples, cfg_.run.seed,
                                        cfg_.train.global_batch, cfg_.train.drop_last);
   if (sampler_->batches_per_epoch() == 0)
@@ -176,7 +185,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                  inputs_, labels_, targets_);
 
   if (!resume_path.empty()) {
-    state_ = ckpt_->load(resume_path, *model_, *opt_);
+    state_ = ckpt_->load(resume_path, *model_, *dp_);
     resumed_from_ = last_checkpoint_step_ = state_.step;
   }
   out_ = std::make_unique<RunOutput>(comm_.is_root(), cfg_.run.output_dir,
@@ -189,10 +198,9 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   out_->log(fmt::format("model: mlp {}-{}-{} ({} parameters), {} steps/epoch, {} steps in all",
                         shape.in_features, fmt::join(cfg_.model.hidden, "-"), shape.outputs,
                         store.parameter_count(), sampler_->batches_per_epoch(), total_steps()));
-  out_->log(fmt::format("memory per rank (measured): parameters {:.2f} MB, gradients {:.2f} MB, "
-                        "optimizer state {:.2f} MB, activations {:.2f} MB",
-                        store.size() * 4.0 / 1e6, store.size() * 4.0 / 1e6,
-                        opt_->state_bytes() / 1e6, model_->activation_bytes() / 1e6));
+  out_->log(fmt::format("exchange: {} bucket(s) of about {} MB, overlap {}, no_sync {}, ZeRO stage {}",
+                        store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
+                        cfg_.comm.no_sync, cfg_.parallel.zero));
   if (resumed_from_ >= 0)
     out_->log(fmt::format("resumed from {} at step {} (epoch {}, batch {})", resume_path,
                           state_.step, state_.epoch, state_.batch_in_epoch));
@@ -238,44 +246,43 @@ std::string Trainer::prepare_output_dir(const ResumeRequest& resume) {
 }
 
 double Trainer::train_step(double lr) {
-  auto& store = model_->params();
   const auto batch = sampler_->global_batch(state_.epoch, state_.batch_in_epoch);
   const auto local = Sampler::part(batch, comm_.rank(Group::data), comm_.size(Group::data));
   const float scale = 1.0f / static_cast<float>(batch.size());
-  store.zero_grads(exec_);
+  dp_->begin_step(exec_);
 
-  // Forward and backward per micro-batch; gradients accumulate.
+  // Forward and backward per micro-batch; gradients accumulate, and the exchange of each full
+  // bucket starts from the backward hooks (DataParallel).
   double loss_sum = 0.0;
-  for (int m = 0; m < cfg_.parallel.micro_batches; ++m) {
-    const auto idx = Sampler::part(local, m, cfg_.parallel.micro_batches);
+  const int micro_batches = cfg_.parallel.micro_batches;
+  for (int m = 0; m < micro_batches; ++m) {
+    const auto idx = Sampler::part(local, m, micro_batches);
     Batch b;
     {
       auto t = timer_.time(Phase::data, exec_);
       b = load_batch(*train_, idx, h_inputs_, h_labels_, h_targets_, inputs_, labels_, targets_);
     }
-    if (idx.empty()) continue;
+    dp_->begin_micro_batch(exec_, m, micro_batches);
     {
       auto t = timer_.time(Phase::forward, exec_);
-      loss_sum += model_->forward(exec_, b.x, b.labels, b.targets, scale).loss;
+      if (idx.empty()) model_->idle_forward();
+      else loss_sum += model_->forward(exec_, b.x, b.labels, b.targets, scale).loss;
     }
-    auto t = timer_.time(Phase::backward, exec_);
-    model_->backward(exec_);
-  }
-
-  // Gradient exchange: every rank ends with the gradient of the global-batch mean loss.
-  {
+    timer_.move(Phase::forward, Phase::allreduce, dp_->take_hook_comm_seconds());
+    {
+      auto t = timer_.time(Phase::backward, exec_);
+      if (idx.empty()) model_->idle_backward();
+      else model_->backward(exec_);
+    }
+    timer_.move(Phase::backward, Phase::allreduce, dp_->take_hook_comm_seconds());
     auto t = timer_.time(Phase::allreduce, exec_);
-    comm_.allreduce_sum(store.grads().data(), store.grads().size(), Group::data);
+    dp_->end_micro_batch(exec_);
   }
 
-  // Norm, clipping and the update.
-  auto t = timer_.time(Phase::optimizer, exec_);
-  const double grad_norm = std::sqrt(kernels::sum_squares(exec_, store.grads()));
-  if (cfg_.optimizer.clip_grad_norm > 0.0 && std::isfinite(grad_norm) &&
-      grad_norm > cfg_.optimizer.clip_grad_norm)
-    kernels::scale(exec_, store.grads(),
-                   static_cast<float>(cfg_.optimizer.clip_grad_norm / (grad_norm + 1e-6)));
-  opt_->step(exec_, store.values(), store.grads(), lr);
+  // The rest of the exchange, norm, clipping, the update (and ZeRO's allgather).
+  const double grad_norm = dp_->finish_step(exec_, lr);
+  timer_.add(Phase::allreduce, dp_->last_comm_seconds());
+  timer_.add(Phase::optimizer, dp_->last_update_seconds());
   // One small reduction per step: the loss, whether any rank saw a non-finite gradient, and
   // whether any rank was asked to stop (so all stop after this same step).
   double reduced[3] = {loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0, stop_signal() ? 1.0 : 0.0};
@@ -350,7 +357,7 @@ EvalResult Trainer::run_eval() {
 
 void Trainer::checkpoint() {
   const double t0 = StepTimer::now();
-  const std::string path = ckpt_->save(*model_, *opt_, state_);
+  const std::string path = ckpt_->save(*model_, *dp_, state_);
   last_checkpoint_step_ = state_.step;
   out_->log(fmt::format("checkpoint {} ({:.2f} s)", path, StepTimer::now() - t0));
 }
@@ -373,6 +380,7 @@ ExitCode Trainer::run() {
 
     ++state_.step;
     state_.samples_seen += batch_size;
+    if (state_.step == resumed_from_ + 1 || (resumed_from_ < 0 && state_.step == 1)) log_memory();
     bool epoch_end = false;
     if (++state_.batch_in_epoch == bpe) {
       ++state_.epoch;
@@ -419,7 +427,23 @@ nlohmann::json Trainer::summary(const std::string& status) const {
   j["resumed_from_step"] = resumed_from_ >= 0 ? nlohmann::json(resumed_from_) : nlohmann::json(nullptr);
   j["checkpoint_step"] = last_checkpoint_step_ >= 0 ? nlohmann::json(last_checkpoint_step_) : nlohmann::json(nullptr);
   j["output_dir"] = cfg_.run.output_dir;
+  nlohmann::json memory;
+  for (std::size_t c = 0; c < static_cast<std::size_t>(mem::Category::count); ++c)
+    memory[std::string(mem::name(static_cast<mem::Category>(c))) + "_peak_bytes"] =
+        mem::peak(static_cast<mem::Category>(c));
+  j["memory"] = memory;
   return j;
+}
+
+void Trainer::log_memory() {
+  using mem::Category;
+  const auto mb = [](Category c) { return static_cast<double>(mem::peak(c)) / 1e6; };
+  if (!mem::tracking_installed()) return;
+  out_->log(fmt::format("memory per rank (measured peak, rank 0): parameters {:.2f} MB, gradients "
+                        "{:.2f} MB, optimizer state {:.2f} MB, activations {:.2f} MB, comm buffers "
+                        "{:.2f} MB, data {:.2f} MB",
+                        mb(Category::param), mb(Category::grad), mb(Category::optim),
+                        mb(Category::act), mb(Category::comm), mb(Category::data)));
 }
 
 ExitCode Trainer::stop() {

@@ -9,7 +9,7 @@
 #include "core/error.hpp"
 #include "core/config.hpp"
 #include "io/dataset.hpp"
-#include "optim/optimizer.hpp"
+#include "train/data_parallel.hpp"
 #include "train/checkpointer.hpp"
 #include "train/model.hpp"
 #include "train/run_output.hpp"
@@ -63,6 +63,7 @@ class Trainer {
   void checkpoint();
   std::int64_t total_steps() const;
   ExitCode stop();
+  void log_memory();
   nlohmann::json summary(const std::string& status) const;
 
   const Config& cfg_;
@@ -71,7 +72,7 @@ class Trainer {
   std::unique_ptr<io::SupervisedSplit> train_, test_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Checkpointer> ckpt_;
   std::unique_ptr<RunOutput> out_;
   TrainState state_;

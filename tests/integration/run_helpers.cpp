@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cerrno>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -35,8 +37,11 @@ std::string tessera_command(int ranks, const std::string& args) {
 
 RunResult tessera(int ranks, const std::string& args) { return shell(tessera_command(ranks, args)); }
 
+// Each test program works in its own directory, so programs that ctest runs at once never share one.
+fs::path work_dir() { return fs::path(TESSERA_TEST_WORK_DIR) / program_invocation_short_name; }
+
 std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::path(TESSERA_TEST_WORK_DIR) / name;
+  const fs::path p = work_dir() / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
@@ -44,7 +49,7 @@ std::string fresh_dir(const std::string& name) {
 
 const std::string& fashion_mnist() {
   static const std::string path = [] {
-    const fs::path p = fs::path(TESSERA_TEST_WORK_DIR) / "fashion-mnist.h5";
+    const fs::path p = work_dir() / "fashion-mnist.h5";
     if (!fs::exists(p)) {
       fs::create_directories(p.parent_path());
       const RunResult r = tessera(1, "prepare fashion-mnist --out " + p.string());
@@ -104,6 +109,41 @@ double max_relative_difference(const std::map<std::int64_t, double>& a,
     worst = std::max(worst, std::abs(va - vb) / std::max({std::abs(va), std::abs(vb), 1e-30}));
   }
   return worst;
+}
+
+const std::string& test_deck() {
+  static const std::string deck = std::string(TESSERA_SOURCE_DIR) + "/tests/integration/mlp_test.toml";
+  return deck;
+}
+
+std::string train_args(const std::string& out, const std::string& extra) {
+  return "train " + test_deck() + " --set data.path=" + fashion_mnist() + " --set run.output_dir=" +
+         out + " " + extra;
+}
+
+std::map<std::int64_t, double> eval_losses(const std::string& dir, bool accuracy) {
+  std::map<std::int64_t, double> m;
+  for (const auto& r : read_metrics(dir))
+    if (r.kind == "eval") m[r.step] = accuracy ? r.accuracy : r.loss;
+  return m;
+}
+
+void expect_layout_invariant(const std::string& name, const std::string& extra,
+                             const std::vector<std::pair<int, std::string>>& layouts) {
+  const std::string ref = fresh_dir(name + "_ref");
+  const RunResult r0 = tessera(1, train_args(ref, extra));
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  const auto ref_losses = train_losses(ref);
+  ASSERT_EQ(ref_losses.size(), 30u);
+  for (const auto& [ranks, layout] : layouts) {
+    const std::string dir = fresh_dir(name + "_np" + std::to_string(ranks));
+    const RunResult r = tessera(ranks, train_args(dir, extra + " " + layout));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_LE(max_relative_difference(ref_losses, train_losses(dir)), 1e-5)
+        << ranks << " ranks " << layout;
+    EXPECT_LE(max_relative_difference(eval_losses(ref), eval_losses(dir)), 1e-5) << layout;
+    EXPECT_LE(max_relative_difference(eval_losses(ref, true), eval_losses(dir, true)), 1e-4) << layout;
+  }
 }
 
 }  // namespace tessera::test

@@ -38,4 +38,16 @@ std::string read_file(const std::string& path);
 double max_relative_difference(const std::map<std::int64_t, double>& a,
                                const std::map<std::int64_t, double>& b);
 
+/// The end-to-end test deck, tests/integration/mlp_test.toml (30 steps, logged every step).
+const std::string& test_deck();
+/// `train DECK` on the prepared data into `out`, plus `extra` arguments.
+std::string train_args(const std::string& out, const std::string& extra = "");
+/// Eval-row losses (or accuracies) by step.
+std::map<std::int64_t, double> eval_losses(const std::string& dir, bool accuracy = false);
+
+/// \brief Trains `extra` on 1 rank and on each (ranks, arguments) layout; every run's losses and
+/// evaluations must equal the 1-rank run's within 1e-5 relative (gtest expectations).
+void expect_layout_invariant(const std::string& name, const std::string& extra,
+                             const std::vector<std::pair<int, std::string>>& layouts);
+
 }  // namespace tessera::test

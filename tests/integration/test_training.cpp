@@ -19,44 +19,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string deck = std::string(TESSERA_SOURCE_DIR) + "/tests/integration/mlp_test.toml";
-
-std::string train_args(const std::string& out, const std::string& extra = "") {
-  return "train " + deck + " --set data.path=" + fashion_mnist() + " --set run.output_dir=" + out +
-         " " + extra;
-}
+const std::string deck = test_deck();
 
 int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
   return n;
-}
-
-std::map<std::int64_t, double> eval_losses(const std::string& dir, bool accuracy = false) {
-  std::map<std::int64_t, double> m;
-  for (const auto& r : read_metrics(dir))
-    if (r.kind == "eval") m[r.step] = accuracy ? r.accuracy : r.loss;
-  return m;
-}
-
-// Trains `extra` on 1 rank and on each of `ranks`; every run's losses and evaluations must
-// equal the 1-rank run's within 1e-5 relative.
-void expect_layout_invariant(const std::string& name, const std::string& extra,
-                             const std::vector<std::pair<int, std::string>>& layouts) {
-  const std::string ref = fresh_dir(name + "_ref");
-  const RunResult r0 = tessera(1, train_args(ref, extra));
-  ASSERT_EQ(r0.exit_code, 0) << r0.output;
-  const auto ref_losses = train_losses(ref);
-  ASSERT_EQ(ref_losses.size(), 30u);
-  for (const auto& [ranks, layout] : layouts) {
-    const std::string dir = fresh_dir(name + "_np" + std::to_string(ranks));
-    const RunResult r = tessera(ranks, train_args(dir, extra + " " + layout));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_LE(max_relative_difference(ref_losses, train_losses(dir)), 1e-5)
-        << ranks << " ranks " << layout;
-    EXPECT_LE(max_relative_difference(eval_losses(ref), eval_losses(dir)), 1e-5);
-    EXPECT_LE(max_relative_difference(eval_losses(ref, true), eval_losses(dir, true)), 1e-4);
-  }
 }
 
 TEST(Training, LossesEqualOneRankOnTwoAndFourRanks) {

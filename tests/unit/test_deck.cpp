@@ -355,8 +355,6 @@ TEST(Layout, RefusesModelParallelismForNow) {
     expect_input_error([&] { tessera::resolve_layout(c, 2); },
                        {"parallel." + key + ": 2 requested", "data parallelism only", "set parallel." + key + " = 1"});
   }
-  Config z = load_deck(write_deck("zero.toml", "[parallel]\nzero = 1\n"), {});
-  expect_input_error([&] { tessera::resolve_layout(z, 1); }, {"parallel.zero: 1 requested", "data parallelism only", "set parallel.zero = 0"});
 }
 
 TEST(Layout, BatchMustSplitEvenly) {

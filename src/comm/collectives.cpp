@@ -1,0 +1,82 @@
+// Reduce-scatter, allgather and the nonblocking collectives that bucketed gradient exchange and
+// ZeRO build on. MPI counts are int: larger buffers are refused here with a clear message (a
+// bucket is far smaller; see comm.bucket_mb).
+#include <fmt/format.h>
+
+#include <climits>
+#include <stdexcept>
+
+#include "comm/communicator.hpp"
+
+namespace tessera {
+
+namespace {
+int mpi_count(std::size_t n, const char* what) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw std::length_error(fmt::format("Communicator::{}: {} elements exceed MPI's int count; use "
+                                        "smaller buckets (comm.bucket_mb)", what, n));
+  return static_cast<int>(n);
+}
+}  // namespace
+
+PendingOp& PendingOp::operator=(PendingOp&& o) noexcept {
+  if (this != &o) {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    request_ = o.request_;
+    o.request_ = MPI_REQUEST_NULL;
+  }
+  return *this;
+}
+
+PendingOp::~PendingOp() {
+  if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+}
+
+bool PendingOp::test() {
+  if (request_ == MPI_REQUEST_NULL) return true;
+  int flag = 0;
+  MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+  return flag != 0;
+}
+
+void PendingOp::wait() {
+  if (request_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+}
+
+void Communicator::reduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g) const {
+  MPI_CHECK(MPI_Reduce_scatter_block(send, recv, mpi_count(chunk, "reduce_scatter_sum"), MPI_FLOAT,
+                                     MPI_SUM, handle(g)));
+}
+
+void Communicator::allgather(const float* send, float* recv, std::size_t chunk, Group g) const {
+  const int count = mpi_count(chunk, "allgather");
+  const bool in_place = send == recv + static_cast<std::size_t>(rank(g)) * chunk;
+  MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, count, MPI_FLOAT, recv, count, MPI_FLOAT,
+                          handle(g)));
+}
+
+PendingOp Communicator::iallreduce_sum(float* data, std::size_t n, Group g) const {
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, mpi_count(n, "iallreduce_sum"), MPI_FLOAT, MPI_SUM,
+                           handle(g), &r));
+  return PendingOp(r);
+}
+
+PendingOp Communicator::ireduce_scatter_sum(const float* send, float* recv, std::size_t chunk,
+                                            Group g) const {
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, mpi_count(chunk, "ireduce_scatter_sum"),
+                                      MPI_FLOAT, MPI_SUM, handle(g), &r));
+  return PendingOp(r);
+}
+
+PendingOp Communicator::iallgather(const float* send, float* recv, std::size_t chunk, Group g) const {
+  const int count = mpi_count(chunk, "iallgather");
+  const bool in_place = send == recv + static_cast<std::size_t>(rank(g)) * chunk;
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, MPI_FLOAT, recv, count,
+                           MPI_FLOAT, handle(g), &r));
+  return PendingOp(r);
+}
+
+}  // namespace tessera

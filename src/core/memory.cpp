@@ -1,0 +1,72 @@
+#include "core/memory.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace tessera::mem {
+
+namespace {
+
+constexpr auto kCount = static_cast<std::size_t>(Category::count);
+constexpr std::array<std::string_view, kCount> kNames = {"param", "grad", "optim", "act", "comm", "data"};
+
+std::array<std::atomic<std::int64_t>, kCount> g_current{};
+std::array<std::atomic<std::int64_t>, kCount> g_peak{};
+std::atomic<bool> g_installed{false};
+
+// The category tagged at the start of a label, or count when there is none.
+std::size_t category_of(const char* label) {
+  if (label == nullptr || label[0] != '[') return kCount;
+  const std::string_view text(label);
+  const auto close = text.find(']');
+  if (close == std::string_view::npos) return kCount;
+  const auto tag = text.substr(1, close - 1);
+  for (std::size_t i = 0; i < kCount; ++i)
+    if (kNames[i] == tag) return i;
+  return kCount;
+}
+
+void on_allocate(const Kokkos_Profiling_SpaceHandle, const char* label, const void*, std::uint64_t size) {
+  const std::size_t c = category_of(label);
+  if (c == kCount) return;
+  const std::int64_t now = g_current[c].fetch_add(static_cast<std::int64_t>(size)) + static_cast<std::int64_t>(size);
+  std::int64_t seen = g_peak[c].load();
+  while (now > seen && !g_peak[c].compare_exchange_weak(seen, now)) {
+  }
+}
+
+void on_deallocate(const Kokkos_Profiling_SpaceHandle, const char* label, const void*, std::uint64_t size) {
+  const std::size_t c = category_of(label);
+  if (c != kCount) g_current[c].fetch_sub(static_cast<std::int64_t>(size));
+}
+
+}  // namespace
+
+std::string_view name(Category c) { return kNames.at(static_cast<std::size_t>(c)); }
+
+std::string label(Category c, std::string_view what) { return fmt::format("[{}] {}", name(c), what); }
+
+void install_tracking() {
+  if (g_installed.exchange(true)) return;
+  Kokkos::Tools::Experimental::set_allocate_data_callback(on_allocate);
+  Kokkos::Tools::Experimental::set_deallocate_data_callback(on_deallocate);
+}
+
+bool tracking_installed() { return g_installed.load(); }
+
+std::size_t current(Category c) {
+  return static_cast<std::size_t>(std::max<std::int64_t>(0, g_current.at(static_cast<std::size_t>(c)).load()));
+}
+
+std::size_t peak(Category c) {
+  return static_cast<std::size_t>(std::max<std::int64_t>(0, g_peak.at(static_cast<std::size_t>(c)).load()));
+}
+
+void reset_peaks() {
+  for (std::size_t i = 0; i < kCount; ++i) g_peak[i].store(g_current[i].load());
+}
+
+}  // namespace tessera::mem

@@ -1,0 +1,30 @@
+#pragma once
+// Measured memory per rank, by what the bytes are for. Every Kokkos allocation whose label starts
+// with a category tag ("[param] ...", "[grad] ...") is counted through Kokkos's own allocation
+// callbacks, so the numbers are what the program holds, not an estimate: current and peak bytes
+// per category, on any memory space.
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace tessera::mem {
+
+enum class Category : std::size_t { param, grad, optim, act, comm, data, count };
+
+/// "param", "grad", "optim", "act", "comm", "data"
+std::string_view name(Category c);
+/// The label of a Kokkos allocation counted under c: "[grad] what".
+std::string label(Category c, std::string_view what);
+
+/// \brief Registers the allocation callbacks with Kokkos (after Kokkos::initialize). Idempotent.
+void install_tracking();
+bool tracking_installed();
+
+/// Bytes held now and the most held at once since the last reset_peaks().
+std::size_t current(Category c);
+std::size_t peak(Category c);
+/// Sets every peak to the current value.
+void reset_peaks();
+
+}  // namespace tessera::mem
