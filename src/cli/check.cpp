@@ -62,8 +62,8 @@ void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t tra
   const int states = cfg.optimizer.kind == OptimizerKind::adamw ? 2 : (cfg.optimizer.momentum > 0 ? 1 : 0);
   // zero 3 holds its shard and one gathered bucket; zero 2 its gradient shard and the buckets
   // between backward and the end of their exchange (about two); zero 1 both gradient buffers.
-  const double p = 4.0 * (zero >= 3 ? shard + bucket : full);
-  const double g = 4.0 * (zero >= 2 ? shard + 2 * bucket : zero == 1 ? full + shard : full);
+  const double p = 4.0 * (zero >= 3 ? std::min(full, shard + bucket) : full);
+  const double g = 4.0 * (zero >= 2 ? std::min(full + shard, shard + 2 * bucket) : zero == 1 ? full + shard : full);
   const double o = 4.0 * states * (zero >= 1 ? shard : full);
   const bool accumulate = zero >= 1 && cfg.parallel.micro_batches > 1 && (zero >= 2 || !cfg.comm.no_sync);
   const double c = accumulate ? 4.0 * shard : 0.0;

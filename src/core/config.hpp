@@ -108,7 +108,7 @@ struct CommConfig {
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::mpi;
   int ring_segment_kb = 1024;  ///< ring and parameter-server: KiB per pipelined message
   double bucket_mb = 4.0;      ///< gradient buckets of about this many MB, filled in reverse layer order
-  bool overlap = true;         ///< start a full bucket's exchange while backward goes on
+  bool overlap = false;        ///< start a full bucket's exchange while backward goes on
   bool no_sync = true;         ///< micro-batches: exchange once per step, not per micro-batch
 
   bool operator==(const CommConfig&) const = default;

@@ -26,6 +26,19 @@ void accumulate(const ExecSpace& exec, VectorU<float> y, VectorU<float> x) {
   Kokkos::parallel_for("tessera::DataParallel::accumulate", range(exec, Index(y.size())),
                        KOKKOS_LAMBDA(const Index i) { y(i) += x(i); });
 }
+// Adds the lifetime of a hook to a total: what hooks do is communication (gathers, starting,
+// testing and completing exchanges), which the step's timing counts as such.
+class HookTimer {
+ public:
+  explicit HookTimer(double& total) : total_(total), start_(StepTimer::now()) {}
+  ~HookTimer() { total_ += StepTimer::now() - start_; }
+  HookTimer(const HookTimer&) = delete;
+  HookTimer& operator=(const HookTimer&) = delete;
+
+ private:
+  double& total_;
+  double start_;
+};
 }  // namespace
 
 int DataParallel::shards(const Config& cfg, const Communicator& comm) {
@@ -83,6 +96,7 @@ void DataParallel::begin_step(const ExecSpace& exec) {
   if (zero_ < 2) store_.zero_grads(exec);
   if (zero_ >= 1) Kokkos::deep_copy(exec, grad_shard_, 0.0f);
   micro_ = 0;
+  hook_comm_s_ = 0.0;  // what evaluation's forwards spent belongs to no step
 }
 
 void DataParallel::begin_micro_batch(const ExecSpace& exec, int m, int count) {
@@ -111,15 +125,18 @@ void DataParallel::end_micro_batch(const ExecSpace& exec) {
 }
 
 void DataParallel::before_forward(std::size_t unit) {
+  const HookTimer timer(hook_comm_s_);
   if (zero_ >= 3) gather(store_.bucket_of_unit(unit));
 }
 
 void DataParallel::after_forward(std::size_t unit) {
+  const HookTimer timer(hook_comm_s_);
   const std::size_t b = store_.bucket_of_unit(unit);
   if (zero_ >= 3 && unit == store_.buckets()[b].last_unit) release_values(b);
 }
 
 void DataParallel::before_backward(std::size_t unit) {
+  const HookTimer timer(hook_comm_s_);
   const std::size_t b = store_.bucket_of_unit(unit);
   if (zero_ >= 3) gather(b);
   if (zero_ >= 2 && !store_.grads_attached(b)) {
@@ -136,6 +153,7 @@ void DataParallel::before_backward(std::size_t unit) {
 }
 
 void DataParallel::after_backward(std::size_t unit) {
+  const HookTimer timer(hook_comm_s_);
   const std::size_t b = store_.bucket_of_unit(unit);
   if (unit == store_.buckets()[b].first_unit) {
     if (zero_ >= 3) release_values(b);
@@ -148,7 +166,9 @@ void DataParallel::bucket_ready(std::size_t b) {
   if (!sync_) return;  // no-sync: accumulate locally until the last micro-batch
   if (overlap_) {
     exec_.fence();
-    start_exchange(b, false);
+    // The bucket holding the first layer is the last to fill: nothing is left to hide it
+    // behind, so the library's blocking (tuned) collective serves it best.
+    start_exchange(b, store_.buckets()[b].first_unit == 0);
   } else {
     buckets_[b].ready = true;
   }
@@ -198,7 +218,6 @@ void DataParallel::wait_all() {
 
 void DataParallel::gather(std::size_t b) {
   if (store_.values_attached(b)) return;
-  const double t0 = StepTimer::now();
   const nn::Bucket& bucket = store_.buckets()[b];
   auto& s = buckets_[b];
   s.gathered = Vector<float>(Kokkos::view_alloc(mem::label(mem::Category::param, "tessera::DataParallel::gathered"),
@@ -207,7 +226,6 @@ void DataParallel::gather(std::size_t b) {
   exec_.fence();
   comm_.allgather(value_shard_.data() + bucket.shard_offset, s.gathered.data(), bucket.chunk, Group::data);
   store_.attach_values(b, s.gathered.data());
-  hook_comm_s_ += StepTimer::now() - t0;
 }
 
 void DataParallel::release_values(std::size_t b) {

@@ -73,7 +73,8 @@ class DataParallel final : public nn::LayerHooks {
   /// Every parameter's piece in this rank's shard (zero >= 1), in parameter order.
   std::vector<Piece> shard_pieces() const;
 
-  /// Seconds spent in blocking communication inside the hooks (zero 3 gathers) since the last call.
+  /// Seconds spent inside the hooks (gathers, starting, testing and completing exchanges) since
+  /// the last call.
   double take_hook_comm_seconds();
   /// Seconds of the last finish_step spent waiting for or doing communication, and updating.
   double last_comm_seconds() const { return last_comm_s_; }

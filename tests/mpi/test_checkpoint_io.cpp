@@ -141,6 +141,51 @@ TEST(CheckpointIo, TensorsReadBackExactlyUnderAnotherSplit) {
   EXPECT_EQ(wrong, 0) << "rank " << world_rank() << ": column shard differs";
 }
 
+// ZeRO shards hold arbitrary row-major element ranges: partial rows, whole rows, partial planes.
+TEST(CheckpointIo, ElementRangesWriteAndReadAnyCut) {
+  const std::vector<std::uint64_t> shape = {5, 7, 3};  // 105 elements
+  const std::uint64_t total = 105;
+  // Cut points that fall inside rows and planes; every rank writes one range, rank r the r-th.
+  const auto cut = [&](int part, int parts, std::uint64_t skew) {
+    if (part == 0) return std::uint64_t{0};
+    if (part == parts) return total;
+    return std::min<std::uint64_t>(total, total * static_cast<std::uint64_t>(part) / static_cast<std::uint64_t>(parts) + skew);
+  };
+  const int r = world_rank(), n = world_size();
+  const std::uint64_t first = cut(r, n, 4), last = cut(r + 1, n, 4);
+  std::vector<float> mine;
+  for (std::uint64_t k = first; k < last; ++k) mine.push_back(value(9, k));
+  io::CheckpointContent content;
+  io::TensorSlab slab;
+  slab.path = "model/blocks.0.attn.qkv.weight";
+  slab.shape = shape;
+  slab.by_elements = true;
+  slab.first = first;
+  slab.last = last;
+  slab.data = mine.data();
+  content.tensors.push_back(slab);
+  const std::string path = run_dir() + "/checkpoints/elements.h5";
+  io::write_checkpoint(MPI_COMM_WORLD, path, content);
+
+  io::CheckpointFile file(MPI_COMM_WORLD, path);
+  std::vector<float> all(total);
+  file.read(slab.path, std::vector<std::uint64_t>(3, 0), shape, all.data());
+  int wrong = 0;
+  for (std::uint64_t k = 0; k < total; ++k) wrong += all[k] != value(9, k);
+  EXPECT_EQ(wrong, 0) << "rank " << r;
+  // Read back under other cuts, including ones of a single element and empty ones.
+  for (const auto& [a, b] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{
+           {cut(r, n, 17), cut(r + 1, n, 17)}, {22, 23}, {20, 20}, {1, 104}, {21, 63}}) {
+    std::vector<float> out(b - a + 1, -1.0f);
+    file.read_elements(slab.path, a, b, out.data());
+    for (std::uint64_t k = a; k < b; ++k) wrong += out[k - a] != value(9, k);
+    EXPECT_EQ(out[b - a], -1.0f) << "read past the range";
+  }
+  EXPECT_EQ(wrong, 0) << "rank " << r;
+  expect_input_error([&] { file.read_elements(slab.path, 100, 106, all.data()); },
+                     {path, "cannot read elements [100, 106)"});
+}
+
 TEST(CheckpointIo, AttributesRoundTrip) {
   const std::string path = write_test_checkpoint("attrs.h5");
   io::CheckpointFile file(MPI_COMM_WORLD, path);

@@ -163,6 +163,50 @@ TEST(ParamStore, LayoutPaddingAndKinds) {
   EXPECT_THROW(store.value_matrix(a), std::logic_error);
 }
 
+TEST(ParamStore, BucketsFillFromTheLastUnitAndSplitIntoEqualChunks) {
+  // Units of 100, 40 and 30 elements (padded: 112, 48, 32); buckets of at least 64 elements
+  // filled backwards: {unit 2, unit 1} then {unit 0}; three shards.
+  nn::ParamStore<double> store;
+  for (const auto& [name, n] : std::vector<std::pair<std::string, std::int64_t>>{{"u0", 100}, {"u1", 40}, {"u2", 30}}) {
+    store.begin_unit();
+    store.add(name + ".w", {n}, nn::InitKind::uniform, 1.0);
+  }
+  store.begin_unit();  // a trailing unit without parameters is no unit
+  store.plan(3, 64);
+  ASSERT_EQ(store.units(), 3u);
+  ASSERT_EQ(store.buckets().size(), 2u);
+  const auto& b0 = store.buckets()[0];
+  const auto& b1 = store.buckets()[1];
+  EXPECT_EQ(b0.first_unit, 0u);
+  EXPECT_EQ(b0.last_unit, 0u);
+  EXPECT_EQ(b1.first_unit, 1u);
+  EXPECT_EQ(b1.last_unit, 2u);
+  EXPECT_EQ(b0.offset, 0u);
+  EXPECT_EQ(b0.length % (16 * 3), 0u);
+  EXPECT_GE(b0.length, 112u);
+  EXPECT_EQ(b1.offset, b0.length);
+  EXPECT_EQ(b1.length % (16 * 3), 0u);
+  EXPECT_EQ(b0.chunk * 3, b0.length);
+  EXPECT_EQ(b1.shard_offset, b0.chunk);
+  EXPECT_EQ(store.shard_size(), b0.chunk + b1.chunk);
+  EXPECT_EQ(store.bucket_of_unit(2), 1u);
+
+  // Without full values a bucket's views need attached memory; a shard initialises as the
+  // matching part of the full buffer would.
+  store.allocate(nn::Storage{false, true});
+  EXPECT_THROW(store.value(0), std::logic_error);
+  tessera::Vector<double> full("full", store.size());
+  store.initialize_range(ExecSpace(), 5, 0, store.size(), full.data());
+  tessera::Vector<double> part("part", b1.chunk);
+  store.initialize_range(ExecSpace(), 5, b1.offset + b1.chunk, b1.offset + 2 * b1.chunk, part.data());
+  const auto f = to_host(full), q = to_host(part);
+  for (std::size_t j = 0; j < b1.chunk; ++j) EXPECT_EQ(q[j], f[b1.offset + b1.chunk + j]) << j;
+  store.attach_values(1, full.data() + b1.offset);
+  EXPECT_EQ(to_host(store.value(store.find("u2.w"))),
+            std::vector<double>(f.begin() + store.infos()[2].offset, f.begin() + store.infos()[2].offset + 30));
+  EXPECT_THROW(store.attach_grads(0, nullptr), std::logic_error);  // full gradients exist
+}
+
 TEST(Linear, InitBoundsAreOneOverSqrtFanIn) {
   nn::ParamStore<float> store;
   const int in = 50, out = 40;
