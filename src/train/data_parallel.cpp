@@ -14,7 +14,6 @@ namespace tessera {
 
 struct DataParallel::BucketState {
   PendingOp op;
-  bool ready = false;       // gradients complete, exchange deferred to end_micro_batch
   bool exchanging = false;  // an exchange was started and its completion not yet handled
   Vector<float> work_grads; // zero >= 2: this bucket's gradients while it needs them
   Vector<float> gathered;   // zero 3: this bucket's values while gathered
@@ -116,12 +115,7 @@ void DataParallel::begin_micro_batch(const ExecSpace& exec, int m, int count) {
 
 void DataParallel::end_micro_batch(const ExecSpace& exec) {
   exec.fence();
-  // Deferred exchanges, in the order backward finished the buckets (the same on every rank).
-  for (std::size_t b = buckets_.size(); b-- > 0;) {
-    if (!buckets_[b].ready) continue;
-    buckets_[b].ready = false;
-    start_exchange(b, true);
-  }
+  poll();
 }
 
 void DataParallel::before_forward(std::size_t unit) {
@@ -164,14 +158,10 @@ void DataParallel::after_backward(std::size_t unit) {
 
 void DataParallel::bucket_ready(std::size_t b) {
   if (!sync_) return;  // no-sync: accumulate locally until the last micro-batch
-  if (overlap_) {
-    exec_.fence();
-    // The bucket holding the first layer is the last to fill: nothing is left to hide it
-    // behind, so the library's blocking (tuned) collective serves it best.
-    start_exchange(b, store_.buckets()[b].first_unit == 0);
-  } else {
-    buckets_[b].ready = true;
-  }
+  exec_.fence();
+  // Without overlap, or for the bucket holding the first layer (the last to fill, with nothing
+  // left to hide it behind), the library's blocking (tuned) collective serves best.
+  start_exchange(b, !overlap_ || store_.buckets()[b].first_unit == 0);
 }
 
 void DataParallel::start_exchange(std::size_t b, bool blocking) {

@@ -11,10 +11,10 @@
 //   zero 3  as 2, and no full value buffer: a bucket's values are gathered just before its
 //           forward and its backward and released after.
 //
-// A rank's shard is the rank's chunk of every bucket (nn::ParamStore::plan). Exchanges use MPI's
-// nonblocking collectives started from the backward hooks when comm.overlap is on; with it off,
-// or with zero 0 and comm.allreduce = ring | parameter-server, each micro-batch's buckets are
-// exchanged with blocking calls after its backward.
+// A rank's shard is the rank's chunk of every bucket (nn::ParamStore::plan). Each bucket is
+// exchanged from the backward hook that completes it: with comm.overlap on, by MPI's nonblocking
+// collective, completed later (the bucket of the first layer, last to fill, blocking); with it
+// off, or with zero 0 and comm.allreduce = ring | parameter-server, by a blocking call there.
 #include <cstddef>
 #include <vector>
 
