@@ -33,9 +33,12 @@ std::uint64_t product(std::span<const std::uint64_t> values) {
 void check_slab(const TensorSlab& t) {
   const std::size_t rank = t.shape.size();
   if (t.by_elements) {
-    if (rank == 0 || t.first > t.last || t.last > product(t.shape) || (t.last > t.first && !t.data))
+    bool fits = rank > 0 && t.offset.size() == rank && t.count.size() == rank && t.first <= t.last &&
+                t.last <= product(t.count) && (t.last == t.first || t.data);
+    for (std::size_t d = 0; fits && d < rank; ++d) fits = t.offset[d] + t.count[d] <= t.shape[d];
+    if (!fits)
       throw std::invalid_argument(fmt::format("checkpoint tensor {}: element range [{}, {}) does "
-                                              "not fit its shape", t.path, t.first, t.last));
+                                              "not fit its block", t.path, t.first, t.last));
     return;
   }
   if (rank == 0 || t.offset.size() != rank || t.count.size() != rank) {
@@ -110,9 +113,11 @@ void element_blocks(std::span<const std::uint64_t> dims, std::vector<hsize_t> le
   }
 }
 
-// Selects the row-major elements [first, last) of file_space; returns a matching memory space.
-h5::Dataspace select_elements(hid_t file_space, std::span<const std::uint64_t> shape,
-                              std::uint64_t first, std::uint64_t last) {
+// Selects the row-major elements [first, last) of the block (offset, count) of file_space;
+// returns a matching memory space.
+h5::Dataspace select_elements(hid_t file_space, std::span<const std::uint64_t> offset,
+                              std::span<const std::uint64_t> count, std::uint64_t first,
+                              std::uint64_t last) {
   hsize_t mem_elems = std::max<hsize_t>(last - first, 1);
   h5::Dataspace mem(TESSERA_H5(H5Screate_simple(1, &mem_elems, nullptr)));
   if (last <= first) {
@@ -121,7 +126,9 @@ h5::Dataspace select_elements(hid_t file_space, std::span<const std::uint64_t> s
     return mem;
   }
   std::vector<std::pair<std::vector<hsize_t>, std::vector<hsize_t>>> blocks;
-  element_blocks(shape, {}, first, last, blocks);
+  element_blocks(count, {}, first, last, blocks);
+  for (auto& [start, extent] : blocks)
+    for (std::size_t d = 0; d < start.size(); ++d) start[d] += offset[d];
   for (std::size_t i = 0; i < blocks.size(); ++i)
     TESSERA_H5(H5Sselect_hyperslab(file_space, i == 0 ? H5S_SELECT_SET : H5S_SELECT_OR,
                                    blocks[i].first.data(), nullptr, blocks[i].second.data(), nullptr));
@@ -148,7 +155,7 @@ void write_tensor(hid_t file, const TensorSlab& t, hid_t xfer) {
   h5::Dataset dataset(TESSERA_H5(
       H5Dcreate2(file, t.path.c_str(), H5T_IEEE_F32LE, file_space, lcpl, dcpl, H5P_DEFAULT)));
   const bool any = t.by_elements ? t.last > t.first : product(t.count) > 0;
-  h5::Dataspace mem = t.by_elements ? select_elements(file_space, t.shape, t.first, t.last)
+  h5::Dataspace mem = t.by_elements ? select_elements(file_space, t.offset, t.count, t.first, t.last)
                                     : select_slab(file_space, t.offset, t.count);
   const float dummy = 0.0f;
   const float* data = any ? t.data : &dummy;
@@ -321,7 +328,9 @@ void CheckpointFile::read(const std::string& dataset_path, std::span<const std::
   });
 }
 
-void CheckpointFile::read_elements(const std::string& dataset_path, std::uint64_t first,
+void CheckpointFile::read_elements(const std::string& dataset_path,
+                                   std::span<const std::uint64_t> offset,
+                                   std::span<const std::uint64_t> count, std::uint64_t first,
                                    std::uint64_t last, float* out) const {
   h5::Dataset dataset;
   std::vector<std::uint64_t> dims;
@@ -332,14 +341,18 @@ void CheckpointFile::read_elements(const std::string& dataset_path, std::uint64_
     if (H5Tget_class(type) != H5T_FLOAT)
       throw InputError(fmt::format("{}: dataset {} has type {}, expected float32", impl_->path,
                                    dataset_path, h5::type_name(type)));
-    if (first > last || last > product(dims))
-      throw InputError(fmt::format("{}: dataset {} has shape [{}], cannot read elements [{}, {})",
-                                   impl_->path, dataset_path, fmt::join(dims, ","), first, last));
+    bool fits = offset.size() == dims.size() && count.size() == dims.size() && first <= last &&
+                last <= product(count);
+    for (std::size_t d = 0; fits && d < dims.size(); ++d) fits = offset[d] + count[d] <= dims[d];
+    if (!fits)
+      throw InputError(fmt::format("{}: dataset {} has shape [{}], cannot read elements [{}, {}) of "
+                                   "[{}] at [{}]", impl_->path, dataset_path, fmt::join(dims, ","),
+                                   first, last, fmt::join(count, ","), fmt::join(offset, ",")));
     if (last > first && out == nullptr)
       throw std::invalid_argument("CheckpointFile::read_elements: null output buffer");
   });
   read_selected(dataset, out, last > first, [&](hid_t file_space) {
-    return select_elements(file_space, dims, first, last);
+    return select_elements(file_space, offset, count, first, last);
   });
 }
 

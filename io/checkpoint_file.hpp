@@ -22,8 +22,8 @@ struct TensorSlab {
   std::vector<std::uint64_t> offset;  ///< this rank's hyperslab start
   std::vector<std::uint64_t> count;   ///< this rank's hyperslab size; a zero anywhere: writes nothing
   const float* data = nullptr;        ///< product(count) floats, row-major, host memory
-  /// Instead of (offset, count): the row-major elements [first, last) of the tensor (a ZeRO
-  /// shard's piece), data holding last - first floats. offset and count are then ignored.
+  /// Instead of all of (offset, count): its row-major elements [first, last) (a ZeRO shard's
+  /// piece of this rank's block), data holding last - first floats.
   bool by_elements = false;
   std::uint64_t first = 0, last = 0;
 };
@@ -76,9 +76,11 @@ class CheckpointFile {
   /// float, or its hyperslab does not fit the dataset's shape.
   void read(const std::string& dataset_path, std::span<const std::uint64_t> offset,
             std::span<const std::uint64_t> count, float* out) const;
-  /// \brief Reads the row-major elements [first, last) of a float dataset into out; collective
-  /// as read(), each rank with its own range (empty reads nothing).
-  void read_elements(const std::string& dataset_path, std::uint64_t first, std::uint64_t last,
+  /// \brief Reads the row-major elements [first, last) of the hyperslab (offset, count) of a
+  /// float dataset into out; collective as read(), each rank with its own range (empty reads
+  /// nothing).
+  void read_elements(const std::string& dataset_path, std::span<const std::uint64_t> offset,
+                     std::span<const std::uint64_t> count, std::uint64_t first, std::uint64_t last,
                      float* out) const;
 
  private:

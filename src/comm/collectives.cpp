@@ -79,4 +79,14 @@ PendingOp Communicator::iallgather(const float* send, float* recv, std::size_t c
   return PendingOp(r);
 }
 
+PendingOp Communicator::isend(const float* data, std::size_t n, int dest, int tag, Group g) const {
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Isend(data, mpi_count(n, "isend"), MPI_FLOAT, dest, tag, handle(g), &r));
+  return PendingOp(r);
+}
+
+void Communicator::recv(float* data, std::size_t n, int source, int tag, Group g) const {
+  MPI_CHECK(MPI_Recv(data, mpi_count(n, "recv"), MPI_FLOAT, source, tag, handle(g), MPI_STATUS_IGNORE));
+}
+
 }  // namespace tessera

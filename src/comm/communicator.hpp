@@ -93,6 +93,11 @@ class Communicator {
   PendingOp ireduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g) const;
   PendingOp iallgather(const float* send, float* recv, std::size_t chunk, Group g) const;
 
+  /// \brief Point-to-point within group g (pipeline stages pass activations and gradients):
+  /// a nonblocking send and a blocking receive of n floats, matched by tag.
+  PendingOp isend(const float* data, std::size_t n, int dest, int tag, Group g) const;
+  void recv(float* data, std::size_t n, int source, int tag, Group g) const;
+
   /// \brief Maximum over group g, in place. Collective over the group.
   void allreduce_max(double* data, std::size_t n, Group g) const;
   /// \brief Broadcasts a string from `root` of group g. Collective over the group.

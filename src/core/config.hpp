@@ -48,6 +48,7 @@ struct ParallelConfig {
   int pipeline = 1;
   int micro_batches = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  std::vector<int> stages;  ///< layers per pipeline stage; empty: balanced by cost
   int zero = 0;
 
   bool operator==(const ParallelConfig&) const = default;

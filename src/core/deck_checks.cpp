@@ -2,6 +2,7 @@
 #include "core/deck_checks.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <initializer_list>
 
@@ -64,13 +65,24 @@ void resolve_layout(Config& cfg, int world_size) {
 
   if (world_size < 1) fail("parallel", fmt::format("the world has {} ranks; need at least 1", world_size));
 
-  // This version implements data parallelism only.
-  const auto unsupported = [&](std::string_view key, int value, int allowed) {
-    fail(key, fmt::format("{} requested, but this version supports data parallelism only; set {} = {}",
-                          value, key, allowed));
-  };
-  if (p.tensor > 1) unsupported("parallel.tensor", p.tensor, 1);
-  if (p.pipeline > 1) unsupported("parallel.pipeline", p.pipeline, 1);
+  // How the model splits: known from the deck before any rank builds a model.
+  const int layers = static_cast<int>(cfg.model.hidden.size()) + 1;
+  for (std::size_t i = 0; i < cfg.model.hidden.size(); ++i)
+    if (cfg.model.hidden[i] % p.tensor != 0)
+      fail("parallel.tensor", fmt::format("{} tensor ranks do not divide model.hidden[{}] = {}; "
+                                          "every hidden width must be a multiple of parallel.tensor",
+                                          p.tensor, i, cfg.model.hidden[i]));
+  if (p.pipeline > layers)
+    fail("parallel.pipeline", fmt::format("{} stages for a model of {} layers; at most one stage per "
+                                          "layer (set parallel.pipeline <= {})", p.pipeline, layers, layers));
+  if (!p.stages.empty()) {
+    int sum = 0;
+    for (int n : p.stages) sum += n;
+    if (static_cast<int>(p.stages.size()) != p.pipeline || sum != layers)
+      fail("parallel.stages", fmt::format("[{}] gives {} stages of {} layers in all; the deck asks for "
+                                          "{} stages (parallel.pipeline) of the model's {} layers",
+                                          fmt::join(p.stages, ", "), p.stages.size(), sum, p.pipeline, layers));
+  }
 
   // Resolve data = 0 and check that the grid fills the world.
   const int model_ranks = p.tensor * p.pipeline;

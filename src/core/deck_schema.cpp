@@ -148,10 +148,11 @@ std::vector<KeySpec> build_schema() {
     model.choice<&M::loss>("loss", kLossKinds, "auto: cross-entropy for a dataset with labels, MSE for one with targets"),
 
     parallel.key<&P::data>("data", at_least(0), "data-parallel ranks; 0: world size / (tensor * pipeline)"),
-    parallel.key<&P::tensor>("tensor", at_least(1), "tensor-parallel ranks (this version: 1)"),
-    parallel.key<&P::pipeline>("pipeline", at_least(1), "pipeline stages (this version: 1)"),
+    parallel.key<&P::tensor>("tensor", at_least(1), "tensor-parallel ranks (Megatron: column- then row-parallel layers); must divide every hidden width"),
+    parallel.key<&P::pipeline>("pipeline", at_least(1), "pipeline stages (at most the number of layers)"),
     parallel.key<&P::micro_batches>("micro_batches", at_least(1), "micro-batches per data-parallel rank and step (gradients accumulate)"),
-    parallel.choice<&P::schedule>("schedule", kPipelineSchedules, "pipeline schedule"),
+    parallel.choice<&P::schedule>("schedule", kPipelineSchedules, "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (one forward, one backward after warm-up)"),
+    parallel.key<&P::stages>("stages", at_least(1), "layers per pipeline stage, first to last (sums to the layer count); []: balanced by cost"),
     parallel.key<&P::zero>("zero", closed(0, 3), "ZeRO stage over the data group: 0 off, 1 shards optimizer state, 2 also gradients, 3 also parameters"),
 
     optimizer.choice<&O::kind>("kind", kOptimizerKinds, "optimizer"),

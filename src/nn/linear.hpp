@@ -1,6 +1,12 @@
 #pragma once
 // Fully connected layer y = x W^T + b, as PyTorch's nn.Linear: weight [out, in] row-major,
 // bias [out], both initialised U(-1/sqrt(in), 1/sqrt(in)).
+//
+// Tensor parallelism (Megatron): a column-parallel layer holds rows [t*out/tp, (t+1)*out/tp) of
+// the weight and of the bias (its output is split over the tensor ranks, its input whole); a
+// row-parallel layer holds columns [t*in/tp, (t+1)*in/tp) of the weight and the whole bias (its
+// input is split, its output a partial sum that the caller sums over the tensor group before
+// add_bias()). The layer does no communication itself.
 #include <cmath>
 #include <string>
 
@@ -11,37 +17,58 @@
 
 namespace tessera::nn {
 
+enum class Split { none, column, row };
+
 template <class T>
 class Linear {
  public:
-  /// \brief Registers `<prefix>.weight` [out, in] and `<prefix>.bias` [out] in `store`, as a
-  /// unit of their own (before store.plan()).
-  Linear(ParamStore<T>& store, const std::string& prefix, int in, int out)
-      : store_(&store), in_(in), out_(out) {
+  /// \brief Registers `<prefix>.weight` [out, in] and `<prefix>.bias` [out] in `store` (this
+  /// rank's blocks of them under a split over tp tensor ranks, t being this one), as a unit of
+  /// their own (before store.plan()). in and out are the logical widths; the split one must be
+  /// divisible by tp.
+  Linear(ParamStore<T>& store, const std::string& prefix, int in, int out, Split split = Split::none,
+         int tp = 1, int t = 0)
+      : store_(&store), split_(tp > 1 ? split : Split::none),
+        in_(split_ == Split::row ? in / tp : in), out_(split_ == Split::column ? out / tp : out) {
+    if ((split_ == Split::row && in % tp) || (split_ == Split::column && out % tp))
+      throw std::invalid_argument(prefix + ": the split width is not divisible by the tensor ranks");
     store.begin_unit();
     unit_ = store.units() - 1;
     const double bound = 1.0 / std::sqrt(double(in));
-    weight_ = store.add(prefix + ".weight", {out, in}, InitKind::uniform, bound);
-    bias_ = store.add(prefix + ".bias", {out}, InitKind::uniform, bound);
+    Placement w{{out, in}, {split_ == Split::column ? std::int64_t(t) * out_ : 0,
+                            split_ == Split::row ? std::int64_t(t) * in_ : 0},
+                split_ != Split::none};
+    Placement b{{out}, {split_ == Split::column ? std::int64_t(t) * out_ : 0}, split_ == Split::column};
+    weight_ = store.add(prefix + ".weight", {out_, in_}, InitKind::uniform, bound, w);
+    bias_ = store.add(prefix + ".bias", {out_}, InitKind::uniform, bound, b);
   }
 
+  /// This rank's widths (the split one divided by tp).
   int in_features() const { return in_; }
   int out_features() const { return out_; }
+  Split split() const { return split_; }
   std::size_t weight_index() const { return weight_; }
   std::size_t bias_index() const { return bias_; }
   /// The store's unit holding this layer's parameters.
   std::size_t unit() const { return unit_; }
 
-  /// \brief y = x W^T + b.  x (B,in), y (B,out); rows may be strided (stride_0 >= extent 1).
+  /// \brief y = x W^T + b (row-parallel: y = x W^T, the caller sums it over the tensor group
+  /// and calls add_bias).  x (B,in), y (B,out); rows may be strided (stride_0 >= extent 1).
   void forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& y) const {
     const int batch = int(x.extent(0));
     check_shape("forward: x", x, batch, in_);
     check_shape("forward: y", y, batch, out_);
     const MatrixU<T> w = store_->value_matrix(weight_);
     // Bias into every row of y, then y += x W^T.
-    kernels::bias_broadcast(exec, store_->value(bias_), y);
+    const bool bias = split_ != Split::row;
+    if (bias) kernels::bias_broadcast(exec, store_->value(bias_), y);
     blas::gemm(exec, blas::Op::N, blas::Op::T, batch, out_, in_, T(1), x.data(), ld(x), w.data(),
-               in_, T(1), y.data(), ld(y));
+               in_, bias ? T(1) : T(0), y.data(), ld(y));
+  }
+
+  /// \brief y += b (row-parallel layers, after the sum over the tensor group).
+  void add_bias(const ExecSpace& exec, const MatrixU<T>& y) const {
+    kernels::bias_add(exec, store_->value(bias_), y);
   }
 
   /// \brief dW += dy^T x, db += colsum(dy) (both accumulate, for micro-batches), and
@@ -80,6 +107,7 @@ class Linear {
   }
 
   ParamStore<T>* store_;
+  Split split_;
   int in_;
   int out_;
   std::size_t weight_ = 0;

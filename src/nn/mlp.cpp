@@ -1,5 +1,7 @@
 #include "nn/mlp.hpp"
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -9,101 +11,197 @@
 namespace tessera::nn {
 
 template <class T>
-Mlp<T>::Mlp(ParamStore<T>& store, int in, std::vector<int> hidden, int out, Activation act)
-    : act_(act) {
-  int width = in;
-  for (std::size_t i = 0; i <= hidden.size(); ++i) {
-    const int next = i < hidden.size() ? hidden[i] : out;
-    if (width <= 0 || next <= 0) {
-      throw std::invalid_argument("tessera::nn::Mlp: layer " + std::to_string(i) + " is " +
-                                  std::to_string(width) + " -> " + std::to_string(next) +
-                                  "; every width must be positive");
-    }
-    layers_.emplace_back(store, "layers." + std::to_string(i), width, next);
-    width = next;
+Split Mlp<T>::split_of(int i, int n, int tp) {
+  if (tp <= 1) return Split::none;
+  if (i % 2 == 1) return Split::row;
+  return i + 1 < n ? Split::column : Split::none;
+}
+
+template <class T>
+Mlp<T>::Mlp(ParamStore<T>& store, int in, std::vector<int> hidden, int out, Activation act, Part part)
+    : act_(act), part_(std::move(part)) {
+  std::vector<int> widths{in};
+  widths.insert(widths.end(), hidden.begin(), hidden.end());
+  widths.push_back(out);
+  layers_total_ = static_cast<int>(widths.size()) - 1;
+  first_ = part_.first_layer;
+  end_ = part_.end_layer < 0 ? layers_total_ : part_.end_layer;
+  if (first_ < 0 || first_ >= end_ || end_ > layers_total_)
+    throw std::invalid_argument(fmt::format("tessera::nn::Mlp: layers [{}, {}) of {}", first_, end_, layers_total_));
+  for (int i = 0; i < layers_total_; ++i) {
+    if (widths[i] <= 0 || widths[i + 1] <= 0)
+      throw std::invalid_argument(fmt::format("tessera::nn::Mlp: layer {} is {} -> {}; every width "
+                                              "must be positive", i, widths[i], widths[i + 1]));
   }
+  if (part_.tp > 1 && !part_.tensor_sum)
+    throw std::invalid_argument("tessera::nn::Mlp: tensor parallelism needs a tensor_sum");
+  layers_.reserve(static_cast<std::size_t>(end_ - first_));
+  for (int i = first_; i < end_; ++i)
+    layers_.emplace_back(store, fmt::format("layers.{}", i), widths[i], widths[i + 1],
+                         split_of(i, layers_total_, part_.tp), part_.tp, part_.t);
 }
 
 template <class T>
 void Mlp<T>::reserve(int max_batch) {
   if (max_batch <= max_batch_) return;
+  if (live_ > 0) throw std::logic_error("tessera::nn::Mlp::reserve with live slots");
   max_batch_ = max_batch;
-  pre_.clear();
-  post_.clear();
-  grad_.clear();
-  for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
-    const auto width = std::size_t(layers_[i].out_features());
-    const std::string layer = mem::label(mem::Category::act, "tessera::nn::Mlp::layers." + std::to_string(i));
-    pre_.emplace_back(Kokkos::view_alloc(layer + "::pre", Kokkos::WithoutInitializing), max_batch, width);
-    post_.emplace_back(Kokkos::view_alloc(layer + "::post", Kokkos::WithoutInitializing), max_batch, width);
-    grad_.emplace_back(Kokkos::view_alloc(layer + "::grad", Kokkos::WithoutInitializing), max_batch, width);
+  slots_.clear();
+  simple_slot_ = -1;
+}
+
+template <class T>
+void Mlp<T>::allocate(Slot& s) {
+  const auto rows = static_cast<std::size_t>(max_batch_);
+  const auto alloc = [&](const std::string& what, int width) {
+    return Matrix<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Mlp::" + what),
+                                        Kokkos::WithoutInitializing),
+                     rows, static_cast<std::size_t>(width));
+  };
+  s.input = alloc("input", input_width());
+  if (!first_stage()) s.dinput = alloc("dinput", input_width());
+  for (int i = first_; i < end_; ++i) {
+    const auto& layer = layers_[static_cast<std::size_t>(i - first_)];
+    const std::string name = fmt::format("layers.{}", i);
+    s.z.push_back(alloc(name + ".z", layer.out_features()));
+    s.a.push_back(hidden(i) ? alloc(name + ".a", layer.out_features()) : Matrix<T>());
+    s.g.push_back(alloc(name + ".grad", layer.out_features()));
   }
-  logits_ = Matrix<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Mlp::logits"), Kokkos::WithoutInitializing),
-                      max_batch, out_features());
+}
+
+template <class T>
+int Mlp<T>::acquire(int batch) {
+  if (batch > max_batch_)
+    throw std::invalid_argument(fmt::format("tessera::nn::Mlp: batch of {} rows exceeds reserve({})",
+                                            batch, max_batch_));
+  std::size_t k = 0;
+  while (k < slots_.size() && slots_[k].live) ++k;
+  if (k == slots_.size()) {
+    slots_.emplace_back();
+    allocate(slots_.back());
+  }
+  slots_[k].live = true;
+  slots_[k].batch = batch;
+  peak_ = std::max(peak_, ++live_);
+  return static_cast<int>(k);
+}
+
+template <class T>
+void Mlp<T>::release(int slot) {
+  Slot& s = slots_.at(static_cast<std::size_t>(slot));
+  if (!s.live) throw std::logic_error("tessera::nn::Mlp::release of a free slot");
+  s.live = false;
+  --live_;
+}
+
+template <class T>
+const typename Mlp<T>::Slot& Mlp<T>::at(int slot) const {
+  const Slot& s = slots_.at(static_cast<std::size_t>(slot));
+  if (!s.live) throw std::logic_error("tessera::nn::Mlp: slot not acquired");
+  return s;
+}
+
+template <class T>
+MatrixU<T> Mlp<T>::input(int slot) const { return rows(at(slot).input, at(slot).batch); }
+
+template <class T>
+MatrixU<T> Mlp<T>::output(int slot) const {
+  const Slot& s = at(slot);
+  return rows(hidden(end_ - 1) ? s.a.back() : s.z.back(), s.batch);
+}
+
+template <class T>
+MatrixU<T> Mlp<T>::grad_output(int slot) const { return rows(at(slot).g.back(), at(slot).batch); }
+
+template <class T>
+MatrixU<T> Mlp<T>::grad_input(int slot) const {
+  if (first_stage()) throw std::logic_error("tessera::nn::Mlp::grad_input on the first stage");
+  return rows(at(slot).dinput, at(slot).batch);
+}
+
+template <class T>
+void Mlp<T>::forward(const ExecSpace& exec, int slot) {
+  ScopedRegion region("tessera::nn::Mlp::forward");
+  const Slot& s = at(slot);
+  MatrixU<const T> x = rows(s.input, s.batch);
+  for (int i = first_; i < end_; ++i) {
+    const auto k = static_cast<std::size_t>(i - first_);
+    const auto& layer = layers_[k];
+    const MatrixU<T> z = rows(s.z[k], s.batch);
+    if (hooks_) hooks_->before_forward(layer.unit());
+    layer.forward(exec, x, z);
+    if (hooks_) hooks_->after_forward(layer.unit());
+    if (layer.split() == Split::row) {
+      exec.fence();
+      part_.tensor_sum(z.data(), z.size());
+      layer.add_bias(exec, z);
+    }
+    if (!hidden(i)) break;
+    const MatrixU<T> a = rows(s.a[k], s.batch);
+    if (act_ == Activation::relu) kernels::relu_forward(exec, flat(z), flat(a));
+    else kernels::gelu_forward(exec, flat(z), flat(a));
+    x = a;
+  }
+}
+
+template <class T>
+void Mlp<T>::backward(const ExecSpace& exec, int slot) {
+  ScopedRegion region("tessera::nn::Mlp::backward");
+  const Slot& s = at(slot);
+  for (int i = end_; i-- > first_;) {
+    const auto k = static_cast<std::size_t>(i - first_);
+    const auto& layer = layers_[k];
+    const MatrixU<T> g = rows(s.g[k], s.batch);
+    // Through the activation in place: dL/dz = act'(z) dL/da.
+    if (hidden(i)) {
+      const MatrixU<T> z = rows(s.z[k], s.batch);
+      if (act_ == Activation::relu) kernels::relu_backward(exec, flat(z), flat(g), flat(g));
+      else kernels::gelu_backward(exec, flat(z), flat(g), flat(g));
+    }
+    const MatrixU<const T> x = i == first_ ? rows(s.input, s.batch) : rows(s.a[k - 1], s.batch);
+    const MatrixU<T> dx = i > first_ ? rows(s.g[k - 1], s.batch)
+                                     : (first_stage() ? MatrixU<T>() : rows(s.dinput, s.batch));
+    if (hooks_) hooks_->before_backward(layer.unit());
+    layer.backward(exec, x, g, dx);
+    if (hooks_) hooks_->after_backward(layer.unit());
+    // A column-parallel layer's input gradient is a partial sum over the tensor ranks.
+    if (layer.split() == Split::column && dx.data() != nullptr) {
+      exec.fence();
+      part_.tensor_sum(dx.data(), dx.size());
+    }
+  }
 }
 
 template <class T>
 MatrixU<T> Mlp<T>::forward(const ExecSpace& exec, const MatrixU<const T>& x) {
-  ScopedRegion region("tessera::nn::Mlp::forward");
-  batch_ = int(x.extent(0));
-  if (batch_ > max_batch_) {
-    throw std::invalid_argument("tessera::nn::Mlp::forward: batch of " + std::to_string(batch_) +
-                                " rows exceeds reserve(" + std::to_string(max_batch_) + ")");
-  }
-  input_ = x;
-  MatrixU<const T> h = x;
-  for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
-    const MatrixU<T> z = rows(pre_[i], batch_), a = rows(post_[i], batch_);
-    if (hooks_) hooks_->before_forward(layers_[i].unit());
-    layers_[i].forward(exec, h, z);
-    if (hooks_) hooks_->after_forward(layers_[i].unit());
-    if (act_ == Activation::relu) {
-      kernels::relu_forward(exec, flat(z), flat(a));
-    } else {
-      kernels::gelu_forward(exec, flat(z), flat(a));
-    }
-    h = a;
-  }
-  const MatrixU<T> logits = rows(logits_, batch_);
-  if (hooks_) hooks_->before_forward(layers_.back().unit());
-  layers_.back().forward(exec, h, logits);
-  if (hooks_) hooks_->after_forward(layers_.back().unit());
-  return logits;
+  if (!first_stage() || !last_stage())
+    throw std::logic_error("tessera::nn::Mlp::forward(x) needs the whole model");
+  if (simple_slot_ >= 0) release(simple_slot_);
+  simple_slot_ = -1;
+  simple_slot_ = acquire(static_cast<int>(x.extent(0)));
+  simple_batch_ = static_cast<int>(x.extent(0));
+  Kokkos::deep_copy(exec, input(simple_slot_), x);
+  forward(exec, simple_slot_);
+  return output(simple_slot_);
 }
 
 template <class T>
 void Mlp<T>::backward(const ExecSpace& exec, const MatrixU<const T>& dlogits) {
-  ScopedRegion region("tessera::nn::Mlp::backward");
-  if (int(dlogits.extent(0)) != batch_) {
-    throw std::invalid_argument("tessera::nn::Mlp::backward: dlogits has " +
-                                std::to_string(dlogits.extent(0)) + " rows, the last forward " +
-                                std::to_string(batch_));
-  }
-  MatrixU<const T> dy = dlogits;
-  for (std::size_t i = layers_.size(); i-- > 0;) {
-    // The layer's input, and where its input gradient goes (none for the first layer).
-    const MatrixU<const T> x = i == 0 ? input_ : MatrixU<const T>(rows(post_[i - 1], batch_));
-    const MatrixU<T> dx = i == 0 ? MatrixU<T>() : rows(grad_[i - 1], batch_);
-    if (hooks_) hooks_->before_backward(layers_[i].unit());
-    layers_[i].backward(exec, x, dy, dx);
-    if (hooks_) hooks_->after_backward(layers_[i].unit());
-    if (i == 0) break;
-    // Through the activation in place: dL/dz = act'(z) dL/da.
-    const MatrixU<T> z = rows(pre_[i - 1], batch_);
-    if (act_ == Activation::relu) {
-      kernels::relu_backward(exec, flat(z), flat(dx), flat(dx));
-    } else {
-      kernels::gelu_backward(exec, flat(z), flat(dx), flat(dx));
-    }
-    dy = dx;
-  }
+  if (simple_slot_ < 0 || static_cast<int>(dlogits.extent(0)) != simple_batch_)
+    throw std::invalid_argument(fmt::format("tessera::nn::Mlp::backward: dlogits has {} rows, the "
+                                            "last forward {}", dlogits.extent(0), simple_batch_));
+  Kokkos::deep_copy(exec, grad_output(simple_slot_), dlogits);
+  backward(exec, simple_slot_);
 }
 
 template <class T>
 std::size_t Mlp<T>::activation_bytes() const {
-  std::size_t n = logits_.span();
-  for (const auto* group : {&pre_, &post_, &grad_})
-    for (const auto& m : *group) n += m.span();
+  std::size_t n = 0;
+  for (const Slot& s : slots_) {
+    n += s.input.span() + s.dinput.span();
+    for (const auto* group : {&s.z, &s.a, &s.g})
+      for (const auto& m : *group) n += m.span();
+  }
   return n * sizeof(T);
 }
 

@@ -1,6 +1,16 @@
 #pragma once
 // Multi-layer perceptron: Linear, activation, Linear, activation, ..., Linear (no activation on
 // the output). Parameters are named layers.{i}.weight and layers.{i}.bias, i = 0, 1, 2, ...
+//
+// One object may hold only a pipeline stage, layers [first, end), and only this tensor rank's
+// blocks of them: with tp > 1, layer i is column-parallel when i is even and not the last layer,
+// row-parallel when i is odd (Megatron's MLP block: one sum over the tensor group in forward, one
+// in backward), and whole (replicated) when it is the last layer at an even index.
+//
+// Activations live in slots, one per micro-batch in flight (a pipeline schedule keeps several):
+// acquire() a slot, fill input(), forward(), and later fill grad_output(), backward(), read
+// grad_input(), release(). The counters say how many slots were live at once.
+#include <functional>
 #include <vector>
 
 #include "core/config.hpp"
@@ -14,48 +24,93 @@ namespace tessera::nn {
 template <class T>
 class Mlp {
  public:
-  /// \brief Registers every layer's parameters in `store` (before store.allocate()).
-  Mlp(ParamStore<T>& store, int in, std::vector<int> hidden, int out, Activation act);
+  /// Which part of the model this object holds, and the tensor group.
+  struct Part {
+    int first_layer = 0;
+    int end_layer = -1;  ///< -1: to the last layer
+    int tp = 1;          ///< tensor ranks
+    int t = 0;           ///< this tensor rank
+    /// Sums a buffer over the tensor group in place (needed when tp > 1).
+    std::function<void(T*, std::size_t)> tensor_sum;
+  };
 
-  /// \brief Allocates the activation buffers for batches of up to max_batch rows.
+  /// The split of layer i of n under tp tensor ranks.
+  static Split split_of(int i, int n, int tp);
+
+  /// \brief Registers the part's parameters in `store` (before store.plan()). Widths are logical.
+  Mlp(ParamStore<T>& store, int in, std::vector<int> hidden, int out, Activation act, Part part = {});
+
+  /// \brief Rows of every slot's buffers (allocated when a slot is first used).
   void reserve(int max_batch);
   int max_batch() const { return max_batch_; }
-  /// Rows of the last forward().
-  int batch() const { return batch_; }
-  /// Bytes of the activation buffers reserve() allocated.
-  std::size_t activation_bytes() const;
 
-  /// \brief Returns the logits.  x (B,in) with B <= max_batch; returns (B,out), a view into
-  /// this object's buffer, valid until the next forward. x must stay alive and unchanged until
-  /// backward(), which reads it.
+  int layers() const { return layers_total_; }
+  int first_layer() const { return first_; }
+  int end_layer() const { return end_; }
+  bool first_stage() const { return first_ == 0; }
+  bool last_stage() const { return end_ == layers_total_; }
+  /// This rank's width of the part's input and output.
+  int input_width() const { return layers_.front().in_features(); }
+  int output_width() const { return layers_.back().out_features(); }
+
+  /// \brief Takes a free slot for a micro-batch of `batch` rows (<= max_batch).
+  int acquire(int batch);
+  void release(int slot);
+  int live_slots() const { return live_; }
+  int peak_slots() const { return peak_; }
+  void reset_peak_slots() { peak_ = live_; }
+
+  MatrixU<T> input(int slot) const;        ///< (B, input_width): fill before forward
+  MatrixU<T> output(int slot) const;       ///< (B, output_width): after forward (logits on the last stage)
+  MatrixU<T> grad_output(int slot) const;  ///< (B, output_width): fill before backward
+  MatrixU<T> grad_input(int slot) const;   ///< (B, input_width): after backward; not on the first stage
+
+  /// \brief Forward of the slot's input through the part.
+  void forward(const ExecSpace& exec, int slot);
+  /// \brief Adds the gradient to the store's gradients (accumulates) from grad_output(slot);
+  /// writes grad_input(slot) unless this is the first stage.
+  void backward(const ExecSpace& exec, int slot);
+
+  /// \brief One-slot convenience for a whole model: copies x into slot 0 and returns the logits.
   MatrixU<T> forward(const ExecSpace& exec, const MatrixU<const T>& x);
-
-  /// \brief Adds the gradient of the loss to the store's gradients (accumulates).
-  /// dlogits (B,out), B as in the last forward(). The input gradient is not computed.
+  /// \brief Backward of the last forward(x) from dlogits (B,out).
   void backward(const ExecSpace& exec, const MatrixU<const T>& dlogits);
+  /// Rows of the last forward(x).
+  int batch() const { return simple_batch_; }
 
   /// \brief Tells `hooks` (may be null) about each layer as forward and backward reach it.
   void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
 
   int in_features() const { return layers_.front().in_features(); }
   int out_features() const { return layers_.back().out_features(); }
-  const std::vector<Linear<T>>& layers() const { return layers_; }
+  const std::vector<Linear<T>>& layer_list() const { return layers_; }
+  /// Bytes of the activation buffers of every slot allocated so far.
+  std::size_t activation_bytes() const;
 
  private:
-  MatrixU<T> rows(const Matrix<T>& buffer, int batch) const {
-    return MatrixU<T>(buffer.data(), batch, buffer.extent(1));
+  struct Slot {
+    int batch = 0;
+    bool live = false;
+    Matrix<T> input, dinput;      // (max_batch, input_width)
+    std::vector<Matrix<T>> z, a;  // per layer of the part: pre- and post-activation
+    std::vector<Matrix<T>> g;     // per layer: dL/da, then dL/dz in place (dL/dlogits for the last)
+  };
+  MatrixU<T> rows(const Matrix<T>& m, int batch) const {
+    return MatrixU<T>(m.data(), batch, m.extent(1));
   }
+  bool hidden(int i) const { return i + 1 < layers_total_; }  // followed by an activation
+  void allocate(Slot& s);
+  const Slot& at(int slot) const;
 
   Activation act_;
+  int layers_total_ = 0, first_ = 0, end_ = 0;
+  Part part_;
+  std::vector<Linear<T>> layers_;  // layers [first_, end_)
   LayerHooks* hooks_ = nullptr;
-  std::vector<Linear<T>> layers_;
   int max_batch_ = 0;
-  int batch_ = 0;                 // rows of the last forward
-  MatrixU<const T> input_;        // x of the last forward
-  std::vector<Matrix<T>> pre_;    // hidden layer i: z = x W^T + b   (max_batch, hidden[i])
-  std::vector<Matrix<T>> post_;   // hidden layer i: a = act(z)      (max_batch, hidden[i])
-  std::vector<Matrix<T>> grad_;   // hidden layer i: dL/da, then dL/dz in place
-  Matrix<T> logits_;              // (max_batch, out)
+  std::vector<Slot> slots_;
+  int live_ = 0, peak_ = 0;
+  int simple_slot_ = -1, simple_batch_ = 0;
 };
 
 extern template class Mlp<float>;

@@ -23,7 +23,7 @@ void ParamStore<T>::begin_unit() {
 
 template <class T>
 std::size_t ParamStore<T>::add(const std::string& name, std::vector<std::int64_t> shape,
-                               InitKind init, double bound) {
+                               InitKind init, double bound, Placement placement) {
   if (planned_) throw std::logic_error(fmt::format("tessera::ParamStore::add('{}') after plan()", name));
   for (const auto& info : infos_)
     if (info.name == name)
@@ -37,6 +37,16 @@ std::size_t ParamStore<T>::add(const std::string& name, std::vector<std::int64_t
   }
   ParamInfo info;
   info.name = name;
+  info.logical_shape = placement.logical_shape.empty() ? shape : placement.logical_shape;
+  info.block_offset = placement.offset.empty() ? std::vector<std::int64_t>(shape.size(), 0) : placement.offset;
+  info.tensor_sharded = placement.tensor_sharded;
+  bool fits = info.logical_shape.size() == shape.size() && info.block_offset.size() == shape.size() &&
+              shape.size() <= 2;
+  for (std::size_t d = 0; fits && d < shape.size(); ++d)
+    fits = info.block_offset[d] >= 0 && info.block_offset[d] + shape[d] <= info.logical_shape[d];
+  if (!fits && !(placement.logical_shape.empty() && placement.offset.empty()))
+    throw std::invalid_argument(fmt::format("tessera::ParamStore::add: parameter '{}': its block does "
+                                            "not fit its logical shape (1-D and 2-D blocks only)", name));
   info.shape = std::move(shape);
   info.size = size;
   info.unit = units_ - 1;
@@ -126,19 +136,29 @@ void ParamStore<T>::initialize_range(const ExecSpace& exec, std::uint64_t seed, 
     const std::size_t lo = std::max(begin, info.offset), hi = std::min(end, info.offset + info.size);
     if (lo >= hi) continue;
     const VectorU<T> v(out + (lo - begin), hi - lo);
-    const std::uint64_t first = lo - info.offset;  // logical index of v(0)
+    const std::uint64_t first = lo - info.offset;  // local index of v(0)
     const std::uint64_t stream = kernels::hash_name(info.name);
     const double bound = info.bound;
+    // Local index k of the block -> logical index: row k / cols + row0, column k % cols + col0.
+    const bool two_d = info.shape.size() == 2;
+    const auto cols = std::uint64_t(two_d ? info.shape[1] : 1);
+    const auto logical_cols = std::uint64_t(two_d ? info.logical_shape[1] : 1);
+    const auto row0 = std::uint64_t(info.block_offset.empty() ? 0 : info.block_offset[0]);
+    const auto col0 = std::uint64_t(two_d ? info.block_offset[1] : 0);
     const char* label = "tessera::ParamStore::initialize";
     switch (info.init) {
       case InitKind::uniform:
         Kokkos::parallel_for(label, range(exec, Index(hi - lo)), KOKKOS_LAMBDA(const Index j) {
-          v(j) = T(bound * (2.0 * kernels::uniform01(seed, stream, first + std::uint64_t(j)) - 1.0));
+          const std::uint64_t k = first + std::uint64_t(j);
+          const std::uint64_t logical = (k / cols + row0) * logical_cols + k % cols + col0;
+          v(j) = T(bound * (2.0 * kernels::uniform01(seed, stream, logical) - 1.0));
         });
         break;
       case InitKind::normal:
         Kokkos::parallel_for(label, range(exec, Index(hi - lo)), KOKKOS_LAMBDA(const Index j) {
-          v(j) = T(bound * kernels::normal(seed, stream, first + std::uint64_t(j)));
+          const std::uint64_t k = first + std::uint64_t(j);
+          const std::uint64_t logical = (k / cols + row0) * logical_cols + k % cols + col0;
+          v(j) = T(bound * kernels::normal(seed, stream, logical));
         });
         break;
       case InitKind::zeros:

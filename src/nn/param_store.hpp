@@ -14,8 +14,9 @@
 // leave either out and attach a bucket's memory only while it is needed (attach_values /
 // attach_grads); views of a detached bucket's parameters throw std::logic_error.
 //
-// Initial values follow DESIGN.md's invariant: element j of parameter `name` is a pure function
-// of (seed, hash_name(name), j), whatever else the store holds, whatever the rank count and shard.
+// Initial values follow DESIGN.md's invariant: logical element j of parameter `name` is a pure
+// function of (seed, hash_name(name), j), whatever else the store holds, whatever the rank count,
+// tensor block and shard.
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -28,9 +29,20 @@ namespace tessera::nn {
 
 enum class InitKind { uniform, normal, zeros, ones };
 
+/// Where a parameter's local block sits in its logical tensor (tensor parallelism holds a block
+/// of rows or of columns on each tensor rank).
+struct Placement {
+  std::vector<std::int64_t> logical_shape;  ///< empty: the local shape (the whole tensor)
+  std::vector<std::int64_t> offset;         ///< the block's first logical index per dimension
+  bool tensor_sharded = false;              ///< false: every tensor rank holds the same values
+};
+
 struct ParamInfo {
   std::string name;                 ///< stable, layout-free: "layers.0.weight"
-  std::vector<std::int64_t> shape;  ///< logical shape, row-major ([out, in] for a weight)
+  std::vector<std::int64_t> shape;  ///< this rank's block, row-major ([out, in] for a weight)
+  std::vector<std::int64_t> logical_shape;  ///< the whole tensor's shape (checkpoints hold it)
+  std::vector<std::int64_t> block_offset;   ///< where the block starts in it, per dimension
+  bool tensor_sharded = false;      ///< distinct blocks on the tensor ranks (else replicated)
   std::size_t offset = 0;           ///< first element in the flat buffers (set by plan())
   std::size_t size = 0;             ///< product of shape
   std::size_t unit = 0;             ///< the unit (layer) it belongs to
@@ -70,7 +82,7 @@ class ParamStore {
   /// \brief Registers a parameter; returns its index. Throws std::logic_error after plan() or
   /// allocate(), or for a repeated name, std::invalid_argument for a negative extent.
   std::size_t add(const std::string& name, std::vector<std::int64_t> shape, InitKind init,
-                  double bound = 0.0);
+                  double bound = 0.0, Placement placement = {});
 
   /// \brief Fixes the layout: buckets of about bucket_elements (at least one unit each) and
   /// bucket lengths divisible into `shards` equal chunks. Optional; allocate() plans one bucket

@@ -43,20 +43,38 @@ std::pair<std::uint64_t, std::uint64_t> owned_rows(std::uint64_t rows, int r, in
   return {begin, begin + q + (ur < extra ? 1 : 0)};
 }
 
-// The slab of a parameter-shaped tensor that this rank writes: a contiguous range of rows.
-io::TensorSlab owned_slab(const std::string& path, const std::vector<std::int64_t>& shape,
-                          const float* base, int rank, int ranks) {
+// What this rank writes of a tensor it holds whole (its tensor block): a contiguous range of the
+// block's rows, the block's replicas (replica r of n) splitting them.
+io::TensorSlab block_rows(const std::string& path, const nn::ParamInfo& p, const float* base, int r, int n) {
   io::TensorSlab slab;
   slab.path = path;
-  slab.shape = to_u64(shape);
+  slab.shape = to_u64(p.logical_shape);
   std::uint64_t row_len = 1;
-  for (std::size_t i = 1; i < shape.size(); ++i) row_len *= static_cast<std::uint64_t>(shape[i]);
-  const auto [begin, end] = owned_rows(slab.shape[0], rank, ranks);
-  slab.offset.assign(shape.size(), 0);
-  slab.count = slab.shape;
-  slab.offset[0] = begin;
+  for (std::size_t i = 1; i < p.shape.size(); ++i) row_len *= static_cast<std::uint64_t>(p.shape[i]);
+  const auto [begin, end] = owned_rows(static_cast<std::uint64_t>(p.shape[0]), r, n);
+  slab.offset = to_u64(p.block_offset);
+  slab.count = to_u64(p.shape);
+  slab.offset[0] += begin;
   slab.count[0] = end - begin;
   slab.data = base + begin * row_len;
+  return slab;
+}
+
+// What this rank writes from a ZeRO shard: its piece, an element range of its tensor block. A
+// block every tensor rank holds is written from tensor rank 0 only.
+io::TensorSlab shard_piece(const std::string& path, const nn::ParamInfo& p,
+                           const DataParallel::Piece& piece, const float* shard, bool writes) {
+  io::TensorSlab slab;
+  slab.path = path;
+  slab.shape = to_u64(p.logical_shape);
+  slab.offset = to_u64(p.block_offset);
+  slab.count = to_u64(p.shape);
+  slab.by_elements = true;
+  if (writes) {
+    slab.first = piece.begin;
+    slab.last = piece.end;
+    slab.data = shard + piece.shard_offset;
+  }
   return slab;
 }
 
@@ -130,28 +148,40 @@ std::string Checkpointer::save(const Model& model, const DataParallel& dp,
                             {"epoch", state.epoch},
                             {"batch_in_epoch", state.batch_in_epoch},
                             {"samples_seen", state.samples_seen}};
-  const int rank = comm_.rank(), ranks = comm_.size();
   const auto pieces = dp.zero() >= 1 ? dp.shard_pieces() : std::vector<DataParallel::Piece>{};
-  // A tensor this rank holds whole is split by rows over the ranks; a shard's piece is written
-  // by the rank that holds it.
+  const int d = comm_.rank(Group::data), n_d = comm_.size(Group::data);
+  const int t = comm_.rank(Group::tensor), n_t = comm_.size(Group::tensor);
+  // A block this rank holds whole is split by rows over its replicas (the data ranks, and the
+  // tensor ranks too where every tensor rank holds it); a shard's piece is written by the rank
+  // that holds it. No element is written twice.
   const auto slab = [&](const std::string& path, std::size_t i, const float* full, const float* shard) {
     const auto& p = store.infos()[i];
-    if (shard == nullptr) return owned_slab(path, p.shape, full + p.offset, rank, ranks);
-    io::TensorSlab t;
-    t.path = path;
-    t.shape = to_u64(p.shape);
-    t.by_elements = true;
-    t.first = pieces[i].begin;
-    t.last = pieces[i].end;
-    t.data = shard + pieces[i].shard_offset;
-    return t;
+    if (shard != nullptr) return shard_piece(path, p, pieces[i], shard, p.tensor_sharded || t == 0);
+    return p.tensor_sharded ? block_rows(path, p, full + p.offset, d, n_d)
+                            : block_rows(path, p, full + p.offset, d + n_d * t, n_d * n_t);
   };
-  for (std::size_t i = 0; i < store.infos().size(); ++i) {
-    const auto& p = store.infos()[i];
-    c.tensors.push_back(slab("model/" + p.name, i, h_values.data(), sharded_values ? h_values.data() : nullptr));
-    for (std::size_t k = 0; k < h_states.size(); ++k)
-      c.tensors.push_back(slab("optimizer/" + p.name + "/" + opt.state_names()[k], i, h_states[k].data(),
-                               dp.zero() >= 1 ? h_states[k].data() : nullptr));
+  // Every rank lists every tensor of the whole model in the same order (the datasets are
+  // created collectively); a tensor of another pipeline stage gets an empty slab here.
+  for (const auto& logical : logical_params(cfg_, model.shape())) {
+    std::size_t i = 0;
+    while (i < store.infos().size() && store.infos()[i].name != logical.name) ++i;
+    const auto none = [&](const std::string& path) {
+      io::TensorSlab empty;
+      empty.path = path;
+      empty.shape = to_u64(logical.logical_shape);
+      empty.offset.assign(empty.shape.size(), 0);
+      empty.count.assign(empty.shape.size(), 0);
+      return empty;
+    };
+    const bool mine = i < store.infos().size();
+    const std::string model_path = "model/" + logical.name;
+    c.tensors.push_back(mine ? slab(model_path, i, h_values.data(), sharded_values ? h_values.data() : nullptr)
+                             : none(model_path));
+    for (std::size_t k = 0; k < h_states.size(); ++k) {
+      const std::string path = "optimizer/" + logical.name + "/" + opt.state_names()[k];
+      c.tensors.push_back(mine ? slab(path, i, h_states[k].data(), dp.zero() >= 1 ? h_states[k].data() : nullptr)
+                               : none(path));
+    }
   }
 
   const fs::path path = fs::path(dir_) / fmt::format("step_{:08}.h5", state.step);
@@ -186,20 +216,22 @@ void Checkpointer::load_model(const std::string& path, Model& model, DataParalle
   io::CheckpointFile file(comm_.handle(), path);
   auto& store = model.params();
   // The checkpoint must hold exactly the deck's tensors with the deck's shapes.
+  // Every rank checks the whole model, whatever part it holds, so all reach the same verdict.
   const auto names = file.list("model");
-  for (const auto& p : store.infos()) {
+  const auto all = logical_params(cfg_, model.shape());
+  for (const auto& p : all) {
     const std::string ds = "model/" + p.name;
     if (!file.has(ds))
       throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} is "
                                    "missing", path, ds));
     const auto shape = file.shape(ds);
-    if (shape != to_u64(p.shape))
+    if (shape != to_u64(p.logical_shape))
       throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} has "
                                    "shape [{}] but the model needs [{}]",
-                                   path, ds, fmt::join(shape, ","), fmt::join(p.shape, ",")));
+                                   path, ds, fmt::join(shape, ","), fmt::join(p.logical_shape, ",")));
   }
   for (const auto& n : names) {
-    const bool known = std::any_of(store.infos().begin(), store.infos().end(),
+    const bool known = std::any_of(all.begin(), all.end(),
                                    [&](const auto& p) { return "model/" + p.name == n; });
     if (!known)
       throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} is not "
@@ -208,18 +240,17 @@ void Checkpointer::load_model(const std::string& path, Model& model, DataParalle
   if (dp != nullptr && dp->zero() >= 3) {
     // Only this rank's shard of the values exists.
     auto h_shard = Kokkos::create_mirror_view(dp->value_shard());
-    for (const auto& piece : dp->shard_pieces())
-      file.read_elements("model/" + store.infos()[piece.param].name, piece.begin, piece.end,
-                         h_shard.data() + piece.shard_offset);
+    for (const auto& piece : dp->shard_pieces()) {
+      const auto& p = store.infos()[piece.param];
+      file.read_elements("model/" + p.name, to_u64(p.block_offset), to_u64(p.shape), piece.begin,
+                         piece.end, h_shard.data() + piece.shard_offset);
+    }
     Kokkos::deep_copy(dp->value_shard(), h_shard);
     return;
   }
   auto h_values = Kokkos::create_mirror_view(store.values());
-  for (const auto& p : store.infos()) {
-    const auto shape = to_u64(p.shape);
-    const std::vector<std::uint64_t> offset(shape.size(), 0);
-    file.read("model/" + p.name, offset, shape, h_values.data() + p.offset);
-  }
+  for (const auto& p : store.infos())
+    file.read("model/" + p.name, to_u64(p.block_offset), to_u64(p.shape), h_values.data() + p.offset);
   Kokkos::deep_copy(store.values(), h_values);
 }
 
@@ -241,13 +272,11 @@ TrainState Checkpointer::load(const std::string& path, Model& model, DataParalle
       const std::string ds = "optimizer/" + p.name + "/" + opt.state_names()[i];
       if (!file.has(ds))
         throw InputError(fmt::format("{}: checkpoint lacks optimizer state {}", path, ds));
-      if (dp.zero() >= 1) {
-        file.read_elements(ds, pieces[k].begin, pieces[k].end, h_state.data() + pieces[k].shard_offset);
-      } else {
-        const auto shape = to_u64(p.shape);
-        const std::vector<std::uint64_t> offset(shape.size(), 0);
-        file.read(ds, offset, shape, h_state.data() + p.offset);
-      }
+      if (dp.zero() >= 1)
+        file.read_elements(ds, to_u64(p.block_offset), to_u64(p.shape), pieces[k].begin,
+                           pieces[k].end, h_state.data() + pieces[k].shard_offset);
+      else
+        file.read(ds, to_u64(p.block_offset), to_u64(p.shape), h_state.data() + p.offset);
     }
     Kokkos::deep_copy(opt.state(i), h_state);
   }

@@ -98,7 +98,7 @@ void DataParallel::begin_step(const ExecSpace& exec) {
   hook_comm_s_ = 0.0;  // what evaluation's forwards spent belongs to no step
 }
 
-void DataParallel::begin_micro_batch(const ExecSpace& exec, int m, int count) {
+void DataParallel::begin_backward(const ExecSpace& exec, int m, int count) {
   wait_all();
   micro_ = m;
   sync_ = zero_ >= 2 || !no_sync_ || m == count - 1;
@@ -113,7 +113,7 @@ void DataParallel::begin_micro_batch(const ExecSpace& exec, int m, int count) {
   }
 }
 
-void DataParallel::end_micro_batch(const ExecSpace& exec) {
+void DataParallel::end_backward(const ExecSpace& exec) {
   exec.fence();
   poll();
 }
@@ -232,15 +232,30 @@ double DataParallel::take_hook_comm_seconds() {
 
 double DataParallel::finish_step(const ExecSpace& exec, double lr) {
   const double t0 = StepTimer::now();
-  end_micro_batch(exec);
+  end_backward(exec);
   wait_all();
   exec.fence();
   const double t1 = StepTimer::now();
 
-  // The global gradient norm: the full buffer is the same everywhere; shards add up.
+  // The global gradient norm: the sum of squares of every parameter's logical gradient once. The
+  // full buffer is the same on every data rank; shards add up over the data group; tensor blocks
+  // and pipeline stages add up over theirs, a block every tensor rank holds counted on rank 0.
   const Vector<float> grads = zero_ == 0 ? store_.grads() : grad_shard_;
-  double squares = kernels::sum_squares(exec, grads);
-  if (zero_ >= 1) comm_.allreduce_sum(&squares, 1, Group::data);
+  const bool tensor_root = comm_.rank(Group::tensor) == 0;
+  double squares = 0.0;
+  if (zero_ == 0) {
+    for (std::size_t i = 0; i < store_.infos().size(); ++i)
+      if (tensor_root || store_.infos()[i].tensor_sharded)
+        squares += kernels::sum_squares(exec, store_.grad(i));
+  } else {
+    for (const auto& piece : shard_pieces())
+      if (piece.end > piece.begin && (tensor_root || store_.infos()[piece.param].tensor_sharded))
+        squares += kernels::sum_squares(
+            exec, VectorU<float>(grad_shard_.data() + piece.shard_offset, piece.end - piece.begin));
+    comm_.allreduce_sum(&squares, 1, Group::data);
+  }
+  if (comm_.size(Group::tensor) > 1) comm_.allreduce_sum(&squares, 1, Group::tensor);
+  if (comm_.size(Group::pipeline) > 1) comm_.allreduce_sum(&squares, 1, Group::pipeline);
   const double norm = std::sqrt(squares);
   const double clip = cfg_.optimizer.clip_grad_norm;
   if (clip > 0.0 && std::isfinite(norm) && norm > clip)

@@ -41,12 +41,13 @@ class DataParallel final : public nn::LayerHooks {
   /// \brief Initial values from (seed, name, index): the full buffer, or this rank's shard.
   void initialize(const ExecSpace& exec, std::uint64_t seed);
 
-  /// \brief The step: begin_step, then for each micro-batch begin_micro_batch, forward and
-  /// backward (through the hooks), end_micro_batch; then finish_step, which completes the
-  /// exchange, clips, updates and returns the global gradient norm (before clipping).
+  /// \brief The step: begin_step; forwards and backwards (through the hooks) in any order the
+  /// pipeline schedule gives, each backward between begin_backward (k = backwards done so far
+  /// this step, of count) and end_backward; then finish_step, which completes the exchange,
+  /// clips, updates and returns the global gradient norm (before clipping).
   void begin_step(const ExecSpace& exec);
-  void begin_micro_batch(const ExecSpace& exec, int m, int count);
-  void end_micro_batch(const ExecSpace& exec);
+  void begin_backward(const ExecSpace& exec, int k, int count);
+  void end_backward(const ExecSpace& exec);
   double finish_step(const ExecSpace& exec, double lr);
 
   // nn::LayerHooks

@@ -1,21 +1,64 @@
 #include "train/model.hpp"
 
-#include "core/memory.hpp"
+#include <algorithm>
+
 #include "nn/loss.hpp"
 
 namespace tessera {
 
-Model::Model(const Config& cfg, const ModelShape& shape, int max_batch, const ParamLayout& layout)
+std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape) {
+  std::vector<std::int64_t> widths{shape.in_features};
+  widths.insert(widths.end(), cfg.model.hidden.begin(), cfg.model.hidden.end());
+  widths.push_back(shape.outputs);
+  const int layers = static_cast<int>(widths.size()) - 1, stages = cfg.parallel.pipeline;
+  std::vector<int> bounds{0};
+  if (!cfg.parallel.stages.empty()) {
+    for (int n : cfg.parallel.stages) bounds.push_back(bounds.back() + n);
+    return bounds;
+  }
+  // Contiguous stages minimising the costliest one (multiply-adds per sample): a small DP.
+  std::vector<double> prefix{0.0};
+  for (int i = 0; i < layers; ++i)
+    prefix.push_back(prefix.back() + static_cast<double>(widths[i] * widths[i + 1]));
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[s][i]: the smallest possible costliest stage splitting layers [0, i) into s stages.
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(layers + 1, inf));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(layers + 1, 0));
+  best[0][0] = 0.0;
+  for (int s = 1; s <= stages; ++s)
+    for (int i = s; i <= layers; ++i)
+      for (int j = s - 1; j < i; ++j) {
+        const double c = std::max(best[s - 1][j], prefix[i] - prefix[j]);
+        if (c < best[s][i]) best[s][i] = c, cut[s][i] = j;
+      }
+  std::vector<int> back{layers};
+  for (int s = stages, i = layers; s > 0; --s) back.push_back(i = cut[s][i]);
+  return {back.rbegin(), back.rend()};
+}
+
+std::vector<nn::ParamInfo> logical_params(const Config& cfg, const ModelShape& shape) {
+  nn::ParamStore<float> store;  // registration only: nothing is allocated
+  const nn::Mlp<float> mlp(store, static_cast<int>(shape.in_features), cfg.model.hidden,
+                           static_cast<int>(shape.outputs), cfg.model.activation);
+  return store.infos();
+}
+
+Model::Model(const Config& cfg, const ModelShape& shape, int max_batch, const ParamLayout& layout,
+             ModelPart part)
     : shape_(shape), max_batch_(max_batch), store_(std::make_unique<nn::ParamStore<float>>()) {
+  nn::Mlp<float>::Part p;
+  p.first_layer = part.first_layer;
+  p.end_layer = part.end_layer;
+  p.tp = part.tp;
+  p.t = part.t;
+  p.tensor_sum = std::move(part.tensor_sum);
   mlp_ = std::make_unique<nn::Mlp<float>>(*store_, static_cast<int>(shape.in_features),
                                           cfg.model.hidden, static_cast<int>(shape.outputs),
-                                          cfg.model.activation);
+                                          cfg.model.activation, std::move(p));
   store_->plan(layout.shards, layout.bucket_elements);
   store_->allocate(layout.storage);
   if (layout.storage.full_values) store_->initialize(ExecSpace(), cfg.run.seed);
   mlp_->reserve(max_batch);
-  dlogits_ = Matrix<float>(mem::label(mem::Category::act, "tessera::Model::dlogits"), static_cast<std::size_t>(max_batch),
-                           static_cast<std::size_t>(shape.outputs));
 }
 
 void Model::set_hooks(nn::LayerHooks* hooks) {
@@ -39,34 +82,14 @@ void Model::idle_backward() {
   }
 }
 
-LossSums Model::loss(const ExecSpace& exec, MatrixU<const float> logits,
-                     VectorU<const std::int32_t> labels, MatrixU<const float> targets, float scale) {
-  const MatrixU<float> d(dlogits_.data(), logits.extent(0), logits.extent(1));
+LossSums Model::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
+                     MatrixU<const float> targets, float scale) {
+  const MatrixU<const float> logits = output(slot);
+  const MatrixU<float> d = grad_output(slot);
   const nn::LossResult r = shape_.classification
                                ? nn::cross_entropy(exec, logits, labels, scale, d)
                                : nn::mean_squared_error(exec, logits, targets, scale, d);
   return {r.loss_sum, static_cast<double>(r.correct)};
-}
-
-LossSums Model::forward(const ExecSpace& exec, MatrixU<const float> x,
-                        VectorU<const std::int32_t> labels, MatrixU<const float> targets,
-                        float loss_scale) {
-  const MatrixU<float> logits = mlp_->forward(exec, x);
-  return loss(exec, logits, labels, targets, loss_scale);
-}
-
-void Model::backward(const ExecSpace& exec) {
-  const int b = static_cast<int>(mlp_->batch());
-  mlp_->backward(exec, MatrixU<const float>(dlogits_.data(), b, dlogits_.extent(1)));
-}
-
-LossSums Model::forward_loss(const ExecSpace& exec, MatrixU<const float> x,
-                             VectorU<const std::int32_t> labels, MatrixU<const float> targets) {
-  return forward(exec, x, labels, targets, 0.0f);
-}
-
-std::size_t Model::activation_bytes() const {
-  return mlp_->activation_bytes() + dlogits_.span() * sizeof(float);
 }
 
 }  // namespace tessera

@@ -1,7 +1,9 @@
 #pragma once
-// The trained model: its parameters (one flat buffer), its layers and its loss, plus the
-// per-micro-batch buffers that feed it. Shapes come from the dataset.
+// The trained model as this rank holds it: its pipeline stage's layers, its tensor rank's blocks
+// of their parameters (one flat store), the loss on the last stage, and activation slots for
+// the micro-batches in flight. Shapes come from the dataset.
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -34,26 +36,49 @@ struct ParamLayout {
   nn::Storage storage;
 };
 
+/// Which part of the model a rank holds.
+struct ModelPart {
+  int first_layer = 0, end_layer = -1;  ///< its pipeline stage's layers; -1: to the end
+  int tp = 1, t = 0;                    ///< tensor ranks and this one
+  std::function<void(float*, std::size_t)> tensor_sum;  ///< sum over the tensor group
+};
+
+/// \brief Layer boundaries of the pipeline stages: stage s holds layers [b[s], b[s+1]).
+/// parallel.stages when given, else contiguous stages balanced by each layer's multiply-adds.
+std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape);
+
+/// \brief Every parameter of the whole model (names and logical shapes), whatever part a rank holds.
+std::vector<nn::ParamInfo> logical_params(const Config& cfg, const ModelShape& shape);
+
 class Model {
  public:
-  /// Builds the layers and, where the storage holds all values, initialises every parameter
-  /// from (seed, name, index) (else the owner of the shards does).
-  Model(const Config& cfg, const ModelShape& shape, int max_batch, const ParamLayout& layout = {});
+  /// Builds the part's layers and, where the storage holds all values, initialises every
+  /// parameter from (seed, name, logical index) (else the owner of the shards does).
+  Model(const Config& cfg, const ModelShape& shape, int max_batch, const ParamLayout& layout = {},
+        ModelPart part = {});
 
   /// \brief Tells `hooks` (may be null) about each layer as forward and backward reach it.
   void set_hooks(nn::LayerHooks* hooks);
 
-  /// \brief Forward and loss of one micro-batch, keeping what backward() needs.
-  /// x (B, in); labels (B) or targets (B, outputs); loss_scale multiplies each sample's loss
-  /// gradient (1 / global batch).
-  LossSums forward(const ExecSpace& exec, MatrixU<const float> x,
-                   VectorU<const std::int32_t> labels, MatrixU<const float> targets,
-                   float loss_scale);
-  /// \brief Backward of the last forward(); gradients accumulate in params().
-  void backward(const ExecSpace& exec);
-  /// \brief Forward and loss only (evaluation).
-  LossSums forward_loss(const ExecSpace& exec, MatrixU<const float> x,
-                        VectorU<const std::int32_t> labels, MatrixU<const float> targets);
+  bool first_stage() const { return mlp_->first_stage(); }
+  bool last_stage() const { return mlp_->last_stage(); }
+
+  /// \brief A micro-batch in flight (see nn::Mlp): acquire a slot, fill input() (data on the
+  /// first stage, the previous stage's output otherwise), forward(); on the last stage loss();
+  /// elsewhere fill grad_output() from the next stage; backward(); send grad_input() back
+  /// (not on the first stage); release().
+  int acquire(int rows) { return mlp_->acquire(rows); }
+  void release(int slot) { mlp_->release(slot); }
+  MatrixU<float> input(int slot) const { return mlp_->input(slot); }
+  MatrixU<float> output(int slot) const { return mlp_->output(slot); }
+  MatrixU<float> grad_output(int slot) const { return mlp_->grad_output(slot); }
+  MatrixU<float> grad_input(int slot) const { return mlp_->grad_input(slot); }
+  void forward(const ExecSpace& exec, int slot) { mlp_->forward(exec, slot); }
+  void backward(const ExecSpace& exec, int slot) { mlp_->backward(exec, slot); }
+  /// \brief Last stage: the loss of the slot's output against labels (B) or targets (B,
+  /// outputs), and its gradient times loss_scale (1 / global batch) into grad_output(slot).
+  LossSums loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
+                MatrixU<const float> targets, float loss_scale);
 
   /// \brief For a rank with no samples in a micro-batch: tells the hooks about every layer as a
   /// forward (or backward) would, so it takes part in the collectives they start.
@@ -64,18 +89,19 @@ class Model {
   const nn::ParamStore<float>& params() const { return *store_; }
   const ModelShape& shape() const { return shape_; }
   int max_batch() const { return max_batch_; }
-  /// Bytes of activation buffers this model holds (measured from its allocations).
-  std::size_t activation_bytes() const;
+  /// Activation slots live now and at most at once (per micro-batch in flight).
+  int live_slots() const { return mlp_->live_slots(); }
+  int peak_slots() const { return mlp_->peak_slots(); }
+  void reset_peak_slots() { mlp_->reset_peak_slots(); }
+  /// This rank's widths of the stage's input and output.
+  int input_width() const { return mlp_->input_width(); }
+  int output_width() const { return mlp_->output_width(); }
 
  private:
-  LossSums loss(const ExecSpace& exec, MatrixU<const float> logits,
-                VectorU<const std::int32_t> labels, MatrixU<const float> targets, float scale);
-
   ModelShape shape_;
   int max_batch_;
   std::unique_ptr<nn::ParamStore<float>> store_;
   std::unique_ptr<nn::Mlp<float>> mlp_;
-  Matrix<float> dlogits_;  // (max_batch, outputs)
   nn::LayerHooks* hooks_ = nullptr;
 };
 

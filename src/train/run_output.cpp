@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* csv_header =
     "kind,step,epoch,loss,lr,grad_norm,samples_per_s,accuracy,wall_s,"
-    "t_data,t_forward,t_backward,t_allreduce,t_optimizer";
+    "t_data,t_forward,t_backward,t_allreduce,t_optimizer,t_tensor,t_pipeline";
 
 std::string opt(const std::optional<double>& v) {
   return v ? fmt::format("{:.9g}", *v) : std::string();
@@ -59,10 +59,11 @@ void RunOutput::log(const std::string& line) {
 
 void RunOutput::metrics(const MetricsRow& r) {
   if (!writer_) return;
-  csv_ << fmt::format("{},{},{},{:.9g},{},{},{},{},{:.3f},{},{},{},{},{}\n", r.kind, r.step,
+  csv_ << fmt::format("{},{},{},{:.9g},{},{},{},{},{:.3f},{},{},{},{},{},{},{}\n", r.kind, r.step,
                       r.epoch, r.loss, opt(r.lr), opt(r.grad_norm), opt(r.samples_per_s),
                       opt(r.accuracy), r.wall_s, opt(r.t_data), opt(r.t_forward),
-                      opt(r.t_backward), opt(r.t_allreduce), opt(r.t_optimizer));
+                      opt(r.t_backward), opt(r.t_allreduce), opt(r.t_optimizer), opt(r.t_tensor),
+                      opt(r.t_pipeline));
   csv_.flush();
 }
 

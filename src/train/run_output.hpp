@@ -20,7 +20,7 @@ struct MetricsRow {
   std::optional<double> lr, grad_norm, samples_per_s, accuracy;
   double wall_s = 0.0;
   // Step-time split (train rows): seconds per step over the logging interval.
-  std::optional<double> t_data, t_forward, t_backward, t_allreduce, t_optimizer;
+  std::optional<double> t_data, t_forward, t_backward, t_allreduce, t_optimizer, t_tensor, t_pipeline;
 };
 
 class RunOutput {

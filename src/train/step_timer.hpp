@@ -1,6 +1,6 @@
 #pragma once
 // Per-phase wall-clock accounting for the training step: data, forward, backward, allreduce,
-// optimizer. Each phase is also a Kokkos profiling region.
+// optimizer, tensor, pipeline. Each phase is also a Kokkos profiling region.
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -10,7 +10,9 @@
 
 namespace tessera {
 
-enum class Phase : std::size_t { data, forward, backward, allreduce, optimizer, count };
+/// allreduce: the data-parallel exchange (and ZeRO's gathers); tensor: sums over the tensor
+/// group inside forward and backward; pipeline: waiting for a neighbouring stage (the bubble).
+enum class Phase : std::size_t { data, forward, backward, allreduce, optimizer, tensor, pipeline, count };
 
 class StepTimer {
  public:
@@ -50,7 +52,7 @@ class StepTimer {
     return duration<double>(steady_clock::now().time_since_epoch()).count();
   }
   static std::string name(Phase p) {
-    static const char* names[] = {"data", "forward", "backward", "allreduce", "optimizer"};
+    static const char* names[] = {"data", "forward", "backward", "allreduce", "optimizer", "tensor", "pipeline"};
     return std::string("tessera::step::") + names[static_cast<std::size_t>(p)];
   }
 

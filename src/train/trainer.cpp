@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "optim/schedule.hpp"
+#include "train/pipeline.hpp"
 #include "train/stop_signal.hpp"
 
 namespace tessera {
@@ -102,12 +103,30 @@ int micro_batch_rows(const Config& cfg) {
   return (cfg.train.global_batch + parts - 1) / parts;
 }
 
+ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelShape& shape,
+                     double* tensor_seconds) {
+  const std::vector<int> bounds = stage_bounds(cfg, shape);
+  const int p = comm.coord().pipeline;
+  ModelPart part;
+  part.first_layer = bounds[static_cast<std::size_t>(p)];
+  part.end_layer = bounds[static_cast<std::size_t>(p) + 1];
+  part.tp = comm.tp();
+  part.t = comm.coord().tensor;
+  part.tensor_sum = [&comm, tensor_seconds](float* x, std::size_t n) {
+    const double t0 = StepTimer::now();
+    comm.allreduce_sum(x, n, Group::tensor);
+    if (tensor_seconds) *tensor_seconds += StepTimer::now() - t0;
+  };
+  return part;
+}
+
 EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
                     io::SupervisedSplit& split) {
   ScopedRegion region("tessera::evaluate");
   const ExecSpace exec;
   const auto& info = split.info();
   const int dp = comm.size(Group::data), r = comm.rank(Group::data);
+  const int stage = comm.rank(Group::pipeline), stages = comm.size(Group::pipeline);
   // Contiguous shard of the split per data rank; every rank makes the same number of reads.
   std::vector<std::int64_t> all(static_cast<std::size_t>(info.samples));
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
@@ -126,16 +145,31 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
     const std::size_t begin = std::min(k * batch, mine.size());
     const auto idx = mine.subspan(begin, std::min(batch, mine.size() - begin));
     const Batch b = load_batch(split, idx, h_x, h_y, h_t, x, y, t);
-    if (idx.empty()) {
-      model.idle_forward();  // still take part in what the layers exchange (ZeRO-3 gathers)
-      continue;
+    const int rows = static_cast<int>(idx.size());
+    const int slot = model.acquire(rows);
+    // Through the stages: the first takes the data, the others their predecessor's output.
+    const int tag = 1 << 20;
+    if (model.first_stage()) Kokkos::deep_copy(exec, model.input(slot), b.x);
+    else comm.recv(model.input(slot).data(), model.input(slot).size(), stage - 1, tag, Group::pipeline);
+    if (rows == 0) model.idle_forward();  // still take part in what the layers exchange
+    else model.forward(exec, slot);
+    exec.fence();
+    if (model.last_stage()) {
+      if (rows > 0) {
+        const LossSums l = model.loss(exec, slot, b.labels, b.targets, 0.0f);
+        sums[0] += l.loss;
+        sums[1] += l.correct;
+      }
+      sums[2] += static_cast<double>(rows);
+    } else {
+      comm.isend(model.output(slot).data(), model.output(slot).size(), stage + 1, tag, Group::pipeline).wait();
     }
-    const LossSums l = model.forward_loss(exec, b.x, b.labels, b.targets);
-    sums[0] += l.loss;
-    sums[1] += l.correct;
-    sums[2] += static_cast<double>(idx.size());
+    model.release(slot);
   }
-  comm.allreduce_sum(sums, 3, Group::data);
+  // The last stage's tensor rank 0 of each data rank holds the sums.
+  if (!model.last_stage() || comm.rank(Group::tensor) != 0) sums[0] = sums[1] = sums[2] = 0.0;
+  (void)stages;
+  comm.allreduce_sum(sums, 3, Group::world);
   EvalResult e;
   e.samples = static_cast<std::int64_t>(sums[2]);
   e.loss = sums[0] / sums[2];
@@ -171,7 +205,8 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   layout.shards = DataParallel::shards(cfg_, comm_);
   layout.bucket_elements = DataParallel::bucket_elements(cfg_);
   layout.storage = DataParallel::storage(cfg_.parallel.zero);
-  model_ = std::make_unique<Model>(cfg_, shape, std::max(micro, test_ ? cfg_.eval.batch : 1), layout);
+  model_ = std::make_unique<Model>(cfg_, shape, std::max(micro, test_ ? cfg_.eval.batch : 1), layout,
+                                   model_part(cfg_, comm_, shape, &tensor_seconds_));
   dp_ = std::make_unique<DataParallel>(cfg_, comm_, model_->params());
   model_->set_hooks(dp_.get());
   if (cfg_.parallel.zero >= 3) dp_->initialize(exec_, cfg_.run.seed);
@@ -249,40 +284,90 @@ double Trainer::train_step(double lr) {
   const auto batch = sampler_->global_batch(state_.epoch, state_.batch_in_epoch);
   const auto local = Sampler::part(batch, comm_.rank(Group::data), comm_.size(Group::data));
   const float scale = 1.0f / static_cast<float>(batch.size());
-  dp_->begin_step(exec_);
-
-  // Forward and backward per micro-batch; gradients accumulate, and the exchange of each full
-  // bucket starts from the backward hooks (DataParallel).
-  double loss_sum = 0.0;
+  const int stage = comm_.rank(Group::pipeline), stages = comm_.size(Group::pipeline);
   const int micro_batches = cfg_.parallel.micro_batches;
-  for (int m = 0; m < micro_batches; ++m) {
-    const auto idx = Sampler::part(local, m, micro_batches);
-    Batch b;
-    {
-      auto t = timer_.time(Phase::data, exec_);
-      b = load_batch(*train_, idx, h_inputs_, h_labels_, h_targets_, inputs_, labels_, targets_);
+  dp_->begin_step(exec_);
+  tensor_seconds_ = 0.0;
+
+  // The stage's forwards and backwards in the schedule's order (pp = 1: forward, backward per
+  // micro-batch). Activations go down the pipeline and their gradients back up with
+  // nonblocking sends and blocking receives (the wait is the bubble); each full gradient bucket's
+  // exchange starts from the backward hooks (DataParallel).
+  double loss_sum = 0.0;
+  std::vector<int> slot(static_cast<std::size_t>(micro_batches), -1), rows(slot.size(), 0);
+  int backwards = 0;
+  const auto move_comm = [&](Phase from) {
+    timer_.move(from, Phase::allreduce, dp_->take_hook_comm_seconds());
+    timer_.move(from, Phase::tensor, tensor_seconds_);
+    tensor_seconds_ = 0.0;
+  };
+  for (const PipelineOp& op : pipeline_schedule(cfg_.parallel.schedule, stages, stage, micro_batches)) {
+    const int m = op.micro;
+    const auto mu = static_cast<std::size_t>(m);
+    const int fwd_tag = 2 * m, bwd_tag = 2 * m + 1;
+    if (op.kind == PipelineOp::Kind::forward) {
+      const auto idx = Sampler::part(local, m, micro_batches);
+      Batch b;
+      {
+        auto t = timer_.time(Phase::data, exec_);
+        b = load_batch(*train_, idx, h_inputs_, h_labels_, h_targets_, inputs_, labels_, targets_);
+      }
+      rows[mu] = static_cast<int>(idx.size());
+      slot[mu] = model_->acquire(rows[mu]);
+      const MatrixU<float> in = model_->input(slot[mu]);
+      if (model_->first_stage()) {
+        Kokkos::deep_copy(exec_, in, b.x);
+      } else {
+        auto t = timer_.time(Phase::pipeline, exec_);
+        comm_.recv(in.data(), in.size(), stage - 1, fwd_tag, Group::pipeline);
+      }
+      {
+        auto t = timer_.time(Phase::forward, exec_);
+        if (rows[mu] == 0) model_->idle_forward();
+        else model_->forward(exec_, slot[mu]);
+        if (model_->last_stage() && rows[mu] > 0)
+          loss_sum += model_->loss(exec_, slot[mu], b.labels, b.targets, scale).loss;
+      }
+      move_comm(Phase::forward);
+      if (!model_->last_stage())
+        sends_.push_back(comm_.isend(model_->output(slot[mu]).data(), model_->output(slot[mu]).size(),
+                                     stage + 1, fwd_tag, Group::pipeline));
+    } else {
+      if (!model_->last_stage()) {
+        auto t = timer_.time(Phase::pipeline, exec_);
+        const MatrixU<float> g = model_->grad_output(slot[mu]);
+        comm_.recv(g.data(), g.size(), stage + 1, bwd_tag, Group::pipeline);
+      }
+      dp_->begin_backward(exec_, backwards++, micro_batches);
+      {
+        auto t = timer_.time(Phase::backward, exec_);
+        if (rows[mu] == 0) model_->idle_backward();
+        else model_->backward(exec_, slot[mu]);
+      }
+      move_comm(Phase::backward);
+      {
+        auto t = timer_.time(Phase::allreduce, exec_);
+        dp_->end_backward(exec_);
+      }
+      if (!model_->first_stage()) {
+        const MatrixU<float> g = model_->grad_input(slot[mu]);
+        sends_.push_back(comm_.isend(g.data(), g.size(), stage - 1, bwd_tag, Group::pipeline));
+      }
     }
-    dp_->begin_micro_batch(exec_, m, micro_batches);
-    {
-      auto t = timer_.time(Phase::forward, exec_);
-      if (idx.empty()) model_->idle_forward();
-      else loss_sum += model_->forward(exec_, b.x, b.labels, b.targets, scale).loss;
-    }
-    timer_.move(Phase::forward, Phase::allreduce, dp_->take_hook_comm_seconds());
-    {
-      auto t = timer_.time(Phase::backward, exec_);
-      if (idx.empty()) model_->idle_backward();
-      else model_->backward(exec_);
-    }
-    timer_.move(Phase::backward, Phase::allreduce, dp_->take_hook_comm_seconds());
-    auto t = timer_.time(Phase::allreduce, exec_);
-    dp_->end_micro_batch(exec_);
   }
+  {
+    auto t = timer_.time(Phase::pipeline, exec_);
+    for (auto& send : sends_) send.wait();
+    sends_.clear();
+  }
+  for (const int s : slot) model_->release(s);
 
   // The rest of the exchange, norm, clipping, the update (and ZeRO's allgather).
   const double grad_norm = dp_->finish_step(exec_, lr);
   timer_.add(Phase::allreduce, dp_->last_comm_seconds());
   timer_.add(Phase::optimizer, dp_->last_update_seconds());
+  // The loss lives on the last stage; its tensor ranks all hold it: count it once.
+  if (!model_->last_stage() || comm_.rank(Group::tensor) != 0) loss_sum = 0.0;
   // One small reduction per step: the loss, whether any rank saw a non-finite gradient, and
   // whether any rank was asked to stop (so all stop after this same step).
   double reduced[3] = {loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0, stop_signal() ? 1.0 : 0.0};
@@ -329,6 +414,8 @@ void Trainer::log_progress(double lr, double loss, double grad_norm) {
   row.t_backward = timer_.seconds(Phase::backward) / n;
   row.t_allreduce = timer_.seconds(Phase::allreduce) / n;
   row.t_optimizer = timer_.seconds(Phase::optimizer) / n;
+  row.t_tensor = timer_.seconds(Phase::tensor) / n;
+  row.t_pipeline = timer_.seconds(Phase::pipeline) / n;
   out_->metrics(row);
   timer_.reset();
   interval_samples_ = 0;

@@ -39,7 +39,14 @@ ModelShape model_shape(const Config& cfg, const io::SplitInfo& info);
 /// data ranks and then over the micro-batches, rounded up.
 int micro_batch_rows(const Config& cfg);
 
-/// \brief Evaluates `model` on `split`, sharded over the data group; collective over it.
+/// \brief The part of the model this rank holds under the deck's layout: its pipeline stage's
+/// layers and its tensor rank's blocks (tensor sums through comm, their time added to
+/// *tensor_seconds when given).
+ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelShape& shape,
+                     double* tensor_seconds = nullptr);
+
+/// \brief Evaluates `model` on `split`, sharded over the data group and run through the
+/// pipeline stages; collective over world.
 EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
                     io::SupervisedSplit& split);
 
@@ -88,6 +95,9 @@ class Trainer {
   Vector<std::int32_t> labels_;
 
   StepTimer timer_;
+  double tensor_seconds_ = 0.0;  // time in tensor-group sums, since the last take
+  std::vector<PendingOp> sends_;  // pipeline sends of this step, completed at its end
+  int peak_slots_logged_ = -1;
   double run_start_wall_ = 0.0;
   std::int64_t interval_samples_ = 0, total_samples_timed_ = 0, last_logged_step_ = 0;
   double total_step_seconds_ = 0.0, total_step_seconds_interval_ = 0.0;

@@ -159,6 +159,8 @@ TEST(CheckpointIo, ElementRangesWriteAndReadAnyCut) {
   io::TensorSlab slab;
   slab.path = "model/blocks.0.attn.qkv.weight";
   slab.shape = shape;
+  slab.offset = {0, 0, 0};
+  slab.count = shape;
   slab.by_elements = true;
   slab.first = first;
   slab.last = last;
@@ -177,13 +179,23 @@ TEST(CheckpointIo, ElementRangesWriteAndReadAnyCut) {
   for (const auto& [a, b] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{
            {cut(r, n, 17), cut(r + 1, n, 17)}, {22, 23}, {20, 20}, {1, 104}, {21, 63}}) {
     std::vector<float> out(b - a + 1, -1.0f);
-    file.read_elements(slab.path, a, b, out.data());
+    file.read_elements(slab.path, slab.offset, shape, a, b, out.data());
     for (std::uint64_t k = a; k < b; ++k) wrong += out[k - a] != value(9, k);
     EXPECT_EQ(out[b - a], -1.0f) << "read past the range";
   }
   EXPECT_EQ(wrong, 0) << "rank " << r;
-  expect_input_error([&] { file.read_elements(slab.path, 100, 106, all.data()); },
+  expect_input_error([&] { file.read_elements(slab.path, slab.offset, shape, 100, 106, all.data()); },
                      {path, "cannot read elements [100, 106)"});
+  // Elements of a block: rows 1..3, columns 2..5 of plane... the block [1:4, 2:6, 0:3] (36
+  // elements), its elements [5, 29): partial rows inside partial planes.
+  const std::vector<std::uint64_t> boff = {1, 2, 0}, bcnt = {3, 4, 3};
+  std::vector<float> blk(24);
+  file.read_elements(slab.path, boff, bcnt, 5, 29, blk.data());
+  for (std::uint64_t k = 5; k < 29; ++k) {
+    const std::uint64_t i = k / 12, j = (k / 3) % 4, c = k % 3;
+    wrong += blk[k - 5] != value(9, ((i + 1) * 7 + j + 2) * 3 + c);
+  }
+  EXPECT_EQ(wrong, 0) << "rank " << r << ": block element range";
 }
 
 TEST(CheckpointIo, AttributesRoundTrip) {

@@ -349,12 +349,19 @@ TEST(Layout, RefusesWrongRankCount) {
   EXPECT_NO_THROW(tessera::resolve_layout(ok, 2));
 }
 
-TEST(Layout, RefusesModelParallelismForNow) {
-  for (const std::string key : {"tensor", "pipeline"}) {
-    Config c = load_deck(write_deck("mp.toml", "[parallel]\n" + key + " = 2\n"), {});
-    expect_input_error([&] { tessera::resolve_layout(c, 2); },
-                       {"parallel." + key + ": 2 requested", "data parallelism only", "set parallel." + key + " = 1"});
-  }
+TEST(Layout, ModelSplitsThatCannotWorkAreRefused) {
+  Config tp = load_deck(write_deck("tp.toml", "[model]\nhidden = [64, 30]\n[parallel]\ntensor = 4\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(tp, 4); },
+                     {"parallel.tensor", "do not divide model.hidden[1] = 30"});
+  Config pp = load_deck(write_deck("pp.toml", "[model]\nhidden = [64]\n[parallel]\npipeline = 3\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(pp, 3); },
+                     {"parallel.pipeline", "3 stages for a model of 2 layers"});
+  Config st = load_deck(write_deck("st.toml", "[model]\nhidden = [64, 64]\n[parallel]\npipeline = 2\nstages = [1, 1]\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(st, 2); },
+                     {"parallel.stages", "of 2 layers in all", "the model's 3 layers"});
+  Config ok = load_deck(write_deck("ok.toml", "[model]\nhidden = [64, 32]\n[parallel]\ntensor = 2\npipeline = 2\nstages = [2, 1]\n"), {});
+  EXPECT_NO_THROW(tessera::resolve_layout(ok, 8));
+  EXPECT_EQ(ok.parallel.data, 2);
 }
 
 TEST(Layout, BatchMustSplitEvenly) {
