@@ -8,6 +8,7 @@
 
 #include "cli/bench_comm.hpp"
 #include "cli/commands.hpp"
+#include "cli/diff.hpp"
 #include "core/error.hpp"
 
 namespace tessera::cli {
@@ -56,6 +57,20 @@ int run(int argc, char** argv) {
   auto* inspect_cmd = app.add_subcommand("inspect", "print a checkpoint's attributes and tensors");
   inspect_cmd->add_option("checkpoint", checkpoint, "checkpoint file")->required();
 
+  DiffArgs diff_args;
+  auto* diff_cmd = app.add_subcommand(
+      "diff",
+      "compare two checkpoints tensor by tensor (any layouts): max_abs = max|a-b|, "
+      "max_rel = max_abs / max(max|a|, max|b|) per tensor. Exit 0 after comparing; with "
+      "--tolerance, 1 when a tensor's max_rel exceeds it or the tensor sets or shapes differ; "
+      "2 bad input");
+  diff_cmd->add_option("a", diff_args.a, "checkpoint A")->required();
+  diff_cmd->add_option("b", diff_args.b, "checkpoint B")->required();
+  diff_cmd->add_option("--tolerance", diff_args.tolerance,
+                       "largest max_rel allowed; exit 1 beyond it or when the tensor sets differ");
+  diff_cmd->add_option("--csv", diff_args.csv, "also write name,shape,max_abs,max_rel,status rows to this CSV file");
+  diff_cmd->add_flag("--model-only", diff_args.model_only, "compare /model only, not the optimizer state");
+
   auto* bench_cmd = app.add_subcommand("bench", "measure one part of the stack");
   bench_cmd->require_subcommand(1);
   BenchCommArgs bench_comm_args;
@@ -81,6 +96,7 @@ int run(int argc, char** argv) {
     if (*eval_cmd) return eval(deck, checkpoint);
     if (*fmnist_cmd) return prepare_fashion_mnist(out, source);
     if (*inspect_cmd) return inspect(checkpoint);
+    if (*diff_cmd) return diff(diff_args);
     if (*bench_comm_cmd) return bench_comm(bench_comm_args);
   } catch (const InputError& e) {
     return fail(e.what(), ExitCode::bad_input);
