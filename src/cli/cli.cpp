@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "cli/diff.hpp"
 #include "core/error.hpp"
+#include "io/prepare_text.hpp"
 
 namespace tessera::cli {
 
@@ -53,6 +54,15 @@ int run(int argc, char** argv) {
   auto* fmnist_cmd = prepare_cmd->add_subcommand("fashion-mnist", "Fashion-MNIST IDX files to HDF5");
   fmnist_cmd->add_option("--out", out, "output HDF5 file")->required();
   fmnist_cmd->add_option("--source", source, "folder of the IDX files")->capture_default_str();
+  std::vector<std::string> text_inputs;
+  double val_fraction = io::kDefaultValFraction;
+  auto* text_cmd = prepare_cmd->add_subcommand(
+      "text", "text files, concatenated, as byte tokens (vocab_size 256, tokenizer \"bytes\"): "
+              "/train/tokens, and the last --val-fraction of the text as /val/tokens");
+  text_cmd->add_option("--out", out, "output HDF5 file")->required();
+  text_cmd->add_option("--val-fraction", val_fraction, "share of the text, from its end, held out as /val; in (0, 1)")
+      ->capture_default_str();
+  text_cmd->add_option("inputs", text_inputs, "text files, concatenated in this order")->required();
 
   auto* inspect_cmd = app.add_subcommand("inspect", "print a checkpoint's attributes and tensors");
   inspect_cmd->add_option("checkpoint", checkpoint, "checkpoint file")->required();
@@ -95,6 +105,7 @@ int run(int argc, char** argv) {
     if (*check_cmd) return check(deck, ranks);
     if (*eval_cmd) return eval(deck, checkpoint);
     if (*fmnist_cmd) return prepare_fashion_mnist(out, source);
+    if (*text_cmd) return prepare_text(text_inputs, out, val_fraction);
     if (*inspect_cmd) return inspect(checkpoint);
     if (*diff_cmd) return diff(diff_args);
     if (*bench_comm_cmd) return bench_comm(bench_comm_args);
