@@ -13,7 +13,7 @@ packages=(
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools zlib1g-dev
   libopenblas-dev libtrilinos-kokkos-dev
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev googletest libgtest-dev
-  dataset-fashion-mnist python3-h5py python3-numpy python3-matplotlib
+  dataset-fashion-mnist bible-kjv bible-kjv-text python3-h5py python3-numpy python3-matplotlib
 )
 missing=()
 for p in "${packages[@]}"; do

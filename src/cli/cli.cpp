@@ -8,7 +8,9 @@
 
 #include "cli/bench_comm.hpp"
 #include "cli/commands.hpp"
+#include "cli/diff.hpp"
 #include "core/error.hpp"
+#include "io/prepare_text.hpp"
 
 namespace tessera::cli {
 
@@ -52,9 +54,34 @@ int run(int argc, char** argv) {
   auto* fmnist_cmd = prepare_cmd->add_subcommand("fashion-mnist", "Fashion-MNIST IDX files to HDF5");
   fmnist_cmd->add_option("--out", out, "output HDF5 file")->required();
   fmnist_cmd->add_option("--source", source, "folder of the IDX files")->capture_default_str();
+  std::vector<std::string> text_inputs;
+  double val_fraction = io::kDefaultValFraction;
+  auto* text_cmd = prepare_cmd->add_subcommand("text", "text files as byte tokens: /train, and the held-out tail as /val");
+  text_cmd->footer(
+      "The inputs are concatenated in the order given; each byte is one token (vocab_size 256, "
+      "tokenizer \"bytes\"), stored as uint8 in /train/tokens and /val/tokens. /val is the last "
+      "round(F x bytes) of the text (at least 1 byte, and 1 byte is left for /train).");
+  text_cmd->add_option("--out", out, "output HDF5 file")->required();
+  text_cmd->add_option("--val-fraction", val_fraction, "share of the text, from its end, held out as /val; in (0, 1)")
+      ->capture_default_str();
+  text_cmd->add_option("inputs", text_inputs, "text files, concatenated in this order")->required();
 
   auto* inspect_cmd = app.add_subcommand("inspect", "print a checkpoint's attributes and tensors");
   inspect_cmd->add_option("checkpoint", checkpoint, "checkpoint file")->required();
+
+  DiffArgs diff_args;
+  auto* diff_cmd = app.add_subcommand("diff", "compare two checkpoints tensor by tensor, whatever layouts wrote them");
+  diff_cmd->footer(
+      "Per tensor: max_abs = max|a-b|, max_rel = max_abs / max(max|a|, max|b|).\n"
+      "Exit codes: 0 compared (whatever the differences when no --tolerance is given); 1 with "
+      "--tolerance, when a tensor's max_rel exceeds it, a tensor is in one file only or its shapes "
+      "differ; 2 bad input (a file missing or not a checkpoint).");
+  diff_cmd->add_option("a", diff_args.a, "checkpoint A")->required();
+  diff_cmd->add_option("b", diff_args.b, "checkpoint B")->required();
+  diff_cmd->add_option("--tolerance", diff_args.tolerance,
+                       "largest max_rel allowed; exit 1 beyond it or when the tensor sets or shapes differ");
+  diff_cmd->add_option("--csv", diff_args.csv, "also write name,shape,max_abs,max_rel,status rows to this CSV file");
+  diff_cmd->add_flag("--model-only", diff_args.model_only, "compare /model only, not the optimizer state");
 
   auto* bench_cmd = app.add_subcommand("bench", "measure one part of the stack");
   bench_cmd->require_subcommand(1);
@@ -80,7 +107,9 @@ int run(int argc, char** argv) {
     if (*check_cmd) return check(deck, ranks);
     if (*eval_cmd) return eval(deck, checkpoint);
     if (*fmnist_cmd) return prepare_fashion_mnist(out, source);
+    if (*text_cmd) return prepare_text(text_inputs, out, val_fraction);
     if (*inspect_cmd) return inspect(checkpoint);
+    if (*diff_cmd) return diff(diff_args);
     if (*bench_comm_cmd) return bench_comm(bench_comm_args);
   } catch (const InputError& e) {
     return fail(e.what(), ExitCode::bad_input);

@@ -1,5 +1,5 @@
 #pragma once
-// The command line of DESIGN.md: train, check, eval, prepare, inspect, bench.
+// The command line of DESIGN.md: train, check, eval, prepare, inspect, diff, bench.
 namespace tessera::cli {
 
 /// \brief Parses the command line and runs the subcommand on every rank; returns the exit code.

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "io/inspect.hpp"
 #include "io/prepare.hpp"
+#include "io/prepare_text.hpp"
 #include "train/checkpointer.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
@@ -89,6 +90,17 @@ int prepare_fashion_mnist(const std::string& out, const std::string& source) {
     if (rank != 0) return;
     io::prepare_fashion_mnist(source, out);
     std::cout << fmt::format("wrote {} from {}\n", out, source);
+  });
+  return 0;
+}
+
+int prepare_text(const std::vector<std::string>& inputs, const std::string& out, double val_fraction) {
+  const int rank = world_rank();
+  agree(MPI_COMM_WORLD, [&] {
+    if (rank != 0) return;
+    const io::TextSplits splits = io::prepare_text(inputs, out, val_fraction);
+    std::cout << fmt::format("wrote {}: {} train and {} val byte tokens from {} file{}\n", out, splits.train,
+                             splits.val, inputs.size(), inputs.size() == 1 ? "" : "s");
   });
   return 0;
 }
