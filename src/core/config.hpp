@@ -14,6 +14,8 @@ enum class OptimizerKind { sgd, adamw };
 enum class ScheduleKind { constant, cosine, step };
 enum class PipelineSchedule { gpipe, one_f_one_b };
 enum class AllreduceAlgorithm { mpi, ring, parameter_server };
+/// How bytes travel (comm/backend.hpp): automatic picks from the buffers' memory and the build.
+enum class CommBackend { automatic, mpi, cuda_aware_mpi, staged, nccl };
 
 struct RunConfig {
   std::uint64_t seed = 1234;
@@ -107,6 +109,7 @@ struct CheckpointConfig {
 struct CommConfig {
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::mpi;
   int ring_segment_kb = 1024;  ///< ring and parameter-server: KiB per pipelined message
+  CommBackend backend = CommBackend::automatic;
 
   bool operator==(const CommConfig&) const = default;
 };

@@ -187,6 +187,7 @@ std::vector<KeySpec> build_schema() {
 
     comm.choice<&CommConfig::allreduce>("allreduce", kAllreduceAlgorithms, "gradient allreduce algorithm: mpi (MPI_Allreduce), ring (reduce-scatter + allgather), parameter-server (through rank 0)"),
     comm.key<&CommConfig::ring_segment_kb>("ring_segment_kb", at_least(1), "ring and parameter-server: KiB per point-to-point message, so large buffers pipeline"),
+    comm.choice<&CommConfig::backend>("backend", kCommBackends, "how buffers travel: auto (host memory: mpi; device memory: nccl if built, else cuda-aware-mpi if MPI says so, else staged), mpi, cuda-aware-mpi (device pointers to MPI), staged (through a pinned host buffer), nccl"),
   };
   // clang-format on
 }
