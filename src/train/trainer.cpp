@@ -193,6 +193,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                         "optimizer state {:.2f} MB, activations {:.2f} MB",
                         store.size() * 4.0 / 1e6, store.size() * 4.0 / 1e6,
                         opt_->state_bytes() / 1e6, model_->activation_bytes() / 1e6));
+  out_->log(comm_.describe_backend());
   if (resumed_from_ >= 0)
     out_->log(fmt::format("resumed from {} at step {} (epoch {}, batch {})", resume_path,
                           state_.step, state_.epoch, state_.batch_in_epoch));
