@@ -61,7 +61,7 @@ void check_combinations(const Config& cfg, const Origins& origins) {
          "\"mpi\", \"cuda-aware-mpi\", \"staged\"");
   if (c.backend == CommBackend::nccl && c.allreduce != AllreduceAlgorithm::mpi)
     fail(where_of(cfg, origins, {"comm.allreduce", "comm.backend"}), "comm.allreduce",
-         fmt::format("comm.allreduce = \"{}\" with comm.backend = \"nccl\": NCCL runs its own "
+         fmt::format("\"{}\" with comm.backend = \"nccl\": NCCL runs its own "
                      "allreduce; set comm.allreduce = \"mpi\" (the library's own), or "
                      "comm.backend = \"staged\" to run \"{}\" on host copies",
                      to_string(c.allreduce), to_string(c.allreduce)));
