@@ -37,8 +37,8 @@ void* StagingBuffer::reserve(std::size_t bytes) {
 
 std::string StagingBuffer::describe() const {
   if (data_ == nullptr) return "not allocated yet";
-  return pinned_ ? fmt::format("pinned host memory, {} MiB", bytes_ >> 20)
-                 : fmt::format("ordinary host memory, {} MiB ({})", bytes_ >> 20, why_not_pinned_);
+  return pinned_ ? std::string("pinned host memory")
+                 : fmt::format("ordinary host memory ({})", why_not_pinned_);
 }
 
 }  // namespace tessera::comm

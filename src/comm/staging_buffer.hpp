@@ -23,7 +23,7 @@ class StagingBuffer {
   std::size_t capacity() const { return bytes_; }
   /// True when the memory is page-locked; only meaningful after a reserve.
   bool pinned() const { return pinned_; }
-  /// "pinned (cudaMallocHost)", or "ordinary host memory (cudaMallocHost: <error>)".
+  /// "pinned host memory", or "ordinary host memory (cudaMallocHost: <error>)".
   std::string describe() const;
 
  private:
