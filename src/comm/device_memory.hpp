@@ -11,6 +11,10 @@ namespace tessera::comm::device {
 /// \brief CUDA devices visible to this process; 0 (not an error) without CUDA, driver or device.
 int count();
 
+/// \brief Makes `device` (0 <= device < count()) current for this thread. A CUDA Kokkos picks
+/// the device itself; this is for code that runs without one (tests, tools).
+void select(int device);
+
 /// \brief True when p points into CUDA device or managed memory; false for host memory, and
 /// always where count() is 0.
 bool is_device_pointer(const void* p);

@@ -42,6 +42,8 @@ int count() {
   return devices;
 }
 
+void select(int device) { TESSERA_CUDA_CHECK(cudaSetDevice(device)); }
+
 bool is_device_pointer(const void* p) {
   if (p == nullptr || count() == 0) return false;
   cudaPointerAttributes attr{};
