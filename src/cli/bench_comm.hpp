@@ -1,5 +1,6 @@
 #pragma once
-// `tessera bench comm`: time every allreduce algorithm over a range of message sizes.
+// `tessera bench comm`: time every allreduce algorithm on every backend this machine can run,
+// over a range of message sizes.
 #include <string>
 
 namespace tessera::cli {
@@ -7,6 +8,7 @@ namespace tessera::cli {
 struct BenchCommArgs {
   std::string sizes = "4K..256M";                      ///< LO..HI bytes, powers of 4 between
   std::string algorithms = "mpi,ring,parameter-server";  ///< comma-separated deck names
+  std::string backends = "all";  ///< "all" or comma-separated: mpi, staged, cuda-aware-mpi, nccl
   int iters = 20;                                        ///< timed iterations per point
   int warmup = 3;                                        ///< untimed iterations per point
   int segment_kb = 1024;                                 ///< as comm.ring_segment_kb

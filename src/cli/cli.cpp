@@ -86,9 +86,10 @@ int run(int argc, char** argv) {
   auto* bench_cmd = app.add_subcommand("bench", "measure one part of the stack");
   bench_cmd->require_subcommand(1);
   BenchCommArgs bench_comm_args;
-  auto* bench_comm_cmd = bench_cmd->add_subcommand("comm", "time the allreduce algorithms over message sizes");
+  auto* bench_comm_cmd = bench_cmd->add_subcommand("comm", "time the allreduce algorithms and backends over message sizes");
   bench_comm_cmd->add_option("--sizes", bench_comm_args.sizes, "LO..HI bytes (K, M, G), powers of 4 between")->capture_default_str();
   bench_comm_cmd->add_option("--algorithms", bench_comm_args.algorithms, "comma-separated: mpi, ring, parameter-server")->capture_default_str();
+  bench_comm_cmd->add_option("--backends", bench_comm_args.backends, "all, or comma-separated: mpi, staged, cuda-aware-mpi, nccl (device rows need a CUDA device)")->capture_default_str();
   bench_comm_cmd->add_option("--iters", bench_comm_args.iters, "timed iterations per size (fewer above 16M)")->capture_default_str();
   bench_comm_cmd->add_option("--warmup", bench_comm_args.warmup, "untimed iterations per size")->capture_default_str();
   bench_comm_cmd->add_option("--segment-kb", bench_comm_args.segment_kb, "ring and parameter-server message size, as comm.ring_segment_kb")->capture_default_str();

@@ -36,6 +36,11 @@ int world_size() {
 
 namespace {
 
+/// Where the run's buffers (parameters, gradients) live: device memory under a CUDA Kokkos.
+constexpr BufferSpace kBuffers = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible
+                                     ? BufferSpace::host
+                                     : BufferSpace::device;
+
 // BLAS threads: run.blas_threads, or the cores this rank may use shared among its node's ranks.
 void set_blas_threads(const Config& cfg, const Communicator& comm) {
   int threads = cfg.run.blas_threads;
@@ -60,7 +65,7 @@ Config load_config(const DeckArgs& args, int ranks) {
 int train(const DeckArgs& args, const std::string& resume) {
   const Config cfg = load_config(args, world_size());
   const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
-                          cfg.comm);
+                          cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
   install_stop_handlers();
   Trainer trainer(cfg, comm, ResumeRequest::parse(resume));
@@ -70,10 +75,11 @@ int train(const DeckArgs& args, const std::string& resume) {
 int eval(const DeckArgs& args, const std::string& checkpoint) {
   const Config cfg = load_config(args, world_size());
   const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
-                          cfg.comm);
+                          cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
   io::SupervisedSplit test(comm.handle(Group::data), cfg.data.path, cfg.data.test_split, cfg.data.cache);
-  Model model(cfg, model_shape(cfg, test.info()), cfg.eval.batch);
+  const ModelShape shape = model_shape(cfg, test.info());
+  Model model(cfg, shape, cfg.eval.batch, {}, model_part(cfg, comm, shape));
   Checkpointer(cfg, comm).load_model(checkpoint, model);
   const EvalResult e = evaluate(cfg, comm, model, test);
   if (comm.is_root())

@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <stdexcept>
 
+#include "comm/device_memory.hpp"
 #include "comm/mpi_type.hpp"
+#include "comm/nccl_comm.hpp"
 #include "comm/parameter_server.hpp"
 #include "comm/ring_allreduce.hpp"
+#include "core/deck.hpp"
 #include "core/error.hpp"
 
 namespace tessera {
@@ -25,11 +29,25 @@ void allreduce_chunked(T* data, std::size_t n, MPI_Datatype type, MPI_Op op, MPI
     done += count;
   }
 }
+
+/// The weakest run-time answer of any rank of comm, so that every rank plans alike.
+Answer weakest_answer(Answer mine, MPI_Comm comm) {
+  auto rank_of = [](Answer a) { return a == Answer::no ? 0 : a == Answer::unknown ? 1 : 2; };
+  int weakest = rank_of(mine);
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &weakest, 1, MPI_INT, MPI_MIN, comm));
+  return weakest == 0 ? Answer::no : weakest == 1 ? Answer::unknown : Answer::yes;
+}
 }  // namespace
 
-Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp, const CommConfig& comm)
-    : dp_(dp), tp_(tp), pp_(pp) {
+Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp, const CommConfig& comm,
+                           BufferSpace buffers)
+    : dp_(dp), tp_(tp), pp_(pp), mpi_cuda_(detect_mpi_cuda_support()) {
   set_allreduce(comm.allreduce, static_cast<std::size_t>(comm.ring_segment_kb) * 1024);
+  // Choose the backend before any communicator exists: a refusal is the same on every rank.
+  mpi_cuda_.run_time = weakest_answer(mpi_cuda_.run_time, world);
+  plan_ = resolve_backend(comm, buffers, mpi_cuda_);
+  device_pointers_possible_ = comm::device::count() > 0;
+  if (plan_.main() == CommBackend::staged) staging_.reserve(1);  // pinned or not, for the log
   MPI_CHECK(MPI_Comm_dup(world, &world_));
   MPI_CHECK(MPI_Comm_rank(world_, &world_rank_));
   MPI_CHECK(MPI_Comm_size(world_, &world_size_));
@@ -52,6 +70,7 @@ Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp, const CommCon
 }
 
 Communicator::~Communicator() {
+  for (auto& n : nccl_) n.reset();
   for (MPI_Comm* c : {&data_, &tensor_, &pipeline_, &world_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
@@ -97,8 +116,37 @@ void Communicator::set_allreduce(AllreduceAlgorithm algorithm, std::size_t segme
 
 template <class T>
 void Communicator::allreduce_sum_impl(T* data, std::size_t n, Group g, std::vector<T>& scratch) const {
+  if (size(g) == 1 || n == 0) return;
+  const bool on_device = device_pointers_possible_ && comm::device::is_device_pointer(data);
+  switch (on_device ? plan_.device : plan_.host) {
+    case CommBackend::nccl:
+      nccl(g).allreduce_sum(data, n, nullptr);
+      comm::device::synchronize(nullptr);
+      return;
+    case CommBackend::staged:
+      allreduce_sum_staged(data, n, g, on_device, scratch);
+      return;
+    case CommBackend::cuda_aware_mpi:
+      if (on_device && algorithm_ != AllreduceAlgorithm::mpi)
+        throw std::runtime_error(fmt::format(
+            "allreduce_sum: comm.allreduce = \"{}\" adds on the host and was given a device buffer "
+            "with comm.backend = \"cuda-aware-mpi\"; use comm.allreduce = \"mpi\" or comm.backend "
+            "= \"staged\"", to_string(algorithm_)));
+      allreduce_sum_host(data, n, g, scratch);
+      return;
+    case CommBackend::mpi:
+    case CommBackend::automatic:
+      if (on_device)
+        throw std::runtime_error("allreduce_sum: comm.backend = \"mpi\" takes host memory and was "
+                                 "given a device buffer; use comm.backend = \"auto\" or \"staged\"");
+      allreduce_sum_host(data, n, g, scratch);
+      return;
+  }
+}
+
+template <class T>
+void Communicator::allreduce_sum_host(T* data, std::size_t n, Group g, std::vector<T>& scratch) const {
   const int p = size(g);
-  if (p == 1) return;
   const std::size_t segment = std::max<std::size_t>(1, segment_bytes_ / sizeof(T));
   switch (algorithm_) {
     case AllreduceAlgorithm::mpi:
@@ -117,6 +165,19 @@ void Communicator::allreduce_sum_impl(T* data, std::size_t n, Group g, std::vect
       return;
     }
   }
+}
+
+template <class T>
+void Communicator::allreduce_sum_staged(T* data, std::size_t n, Group g, bool on_device,
+                                        std::vector<T>& scratch) const {
+  const std::size_t bytes = n * sizeof(T);
+  T* host = static_cast<T*>(staging_.reserve(bytes));
+  // Copy out, reduce on the host, copy back.
+  if (on_device) comm::device::copy(host, data, bytes);
+  else std::memcpy(host, data, bytes);
+  allreduce_sum_host(host, n, g, scratch);
+  if (on_device) comm::device::copy(data, host, bytes);
+  else std::memcpy(data, host, bytes);
 }
 
 void Communicator::allreduce_sum(float* data, std::size_t n, Group g) const {
@@ -140,5 +201,30 @@ void Communicator::broadcast(std::string& s, int root, Group g) const {
 }
 
 void Communicator::barrier(Group g) const { MPI_CHECK(MPI_Barrier(handle(g))); }
+
+comm::NcclComm& Communicator::nccl(Group g) const {
+  auto& slot = nccl_[static_cast<std::size_t>(g)];
+  if (!slot) slot = std::make_unique<comm::NcclComm>(handle(g));
+  return *slot;
+}
+
+std::string Communicator::describe_backend() const {
+  const CommBackend main = plan_.main();
+  std::string s = fmt::format("comm: {} buffers -> {} (comm.backend = \"{}\": {})",
+                              to_string(plan_.buffers), to_string(main), to_string(plan_.requested),
+                              plan_.reason);
+  if (plan_.buffers == BufferSpace::device && plan_.host != main)
+    s += fmt::format(", small host buffers -> {}", to_string(plan_.host));
+  if (main == CommBackend::nccl) {
+    s += "; allreduce by NCCL";
+  } else {
+    s += fmt::format("; allreduce {}", to_string(algorithm_));
+    if (algorithm_ != AllreduceAlgorithm::mpi) s += fmt::format(" ({} KiB segments)", segment_bytes_ >> 10);
+  }
+  if (main == CommBackend::staged) s += fmt::format("; staging buffer: {}", staging_.describe());
+  s += fmt::format("; MPI CUDA-aware: {} ({}; {})", to_string(mpi_cuda_.run_time), mpi_cuda_.why,
+                   mpi_cuda_.library);
+  return s;
+}
 
 }  // namespace tessera

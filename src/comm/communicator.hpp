@@ -4,16 +4,28 @@
 //
 // Process grid (DESIGN.md): world = data x pipeline x tensor, rank = t + tp*(d + dp*p). Each rank
 // owns three sub-communicators: tensor (same d,p), data (same t,p), pipeline (same t,d).
+//
+// allreduce_sum goes through the backend of comm.backend (comm/backend.hpp): MPI on host memory;
+// device memory straight to a CUDA-aware MPI, staged through a pinned host buffer, or NCCL.
 #include <mpi.h>
 
+#include <array>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/backend.hpp"
 #include "comm/mpi_check.hpp"
+#include "comm/mpi_cuda_support.hpp"
+#include "comm/staging_buffer.hpp"
 #include "core/config.hpp"
 
 namespace tessera {
+
+namespace comm {
+class NcclComm;
+}
 
 enum class Group { world, data, tensor, pipeline };
 
@@ -49,8 +61,13 @@ class PendingOp {
 class Communicator {
  public:
   /// \brief Builds the grid over `world`; collective over world. dp*tp*pp must equal its size.
-  /// `comm` picks the algorithm of allreduce_sum (deck section [comm]).
-  Communicator(MPI_Comm world, int dp, int tp, int pp, const CommConfig& comm = {});
+  /// `comm` picks the algorithm and the backend of allreduce_sum (deck section [comm]);
+  /// `buffers` says where the run's large buffers (gradients) live, which decides
+  /// comm.backend = "auto" and which explicit choices are refused. Asks the MPI library whether
+  /// it is CUDA-aware (every rank must get the same answer). Throws InputError naming the key on
+  /// every rank for a backend this build, memory or MPI cannot serve (backend.hpp).
+  Communicator(MPI_Comm world, int dp, int tp, int pp, const CommConfig& comm = {},
+               BufferSpace buffers = BufferSpace::host);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -76,9 +93,12 @@ class Communicator {
   void set_allreduce(AllreduceAlgorithm algorithm, std::size_t segment_bytes);
   AllreduceAlgorithm allreduce_algorithm() const { return algorithm_; }
 
-  /// \brief Sums `n` values in place over group g with the chosen algorithm (set_allreduce).
-  /// Must be called on every rank of the group with the same n. Every algorithm leaves bitwise
-  /// the same values on every rank; they differ from each other only by the order of the sums.
+  /// \brief Sums `n` values in place over group g with the chosen algorithm (set_allreduce)
+  /// and backend (backend()). Must be called on every rank of the group with the same n, on
+  /// buffers in the same kind of memory. `data` may be host or device memory; work that writes
+  /// it must be finished (fence the execution space first); it is written when the call returns.
+  /// Every algorithm leaves bitwise the same values on every rank; they differ from each other
+  /// only by the order of the sums; staging changes nothing in the sums.
   void allreduce_sum(float* data, std::size_t n, Group g) const;
   void allreduce_sum(double* data, std::size_t n, Group g) const;
   /// \brief Reduce-scatter of a sum (MPI's own algorithm): send holds chunk * size(g) values,
@@ -98,11 +118,26 @@ class Communicator {
   PendingOp isend(const float* data, std::size_t n, int dest, int tag, Group g) const;
   void recv(float* data, std::size_t n, int source, int tag, Group g) const;
 
-  /// \brief Maximum over group g, in place. Collective over the group.
+  /// \brief Maximum over group g, in place, host memory. Collective over the group.
   void allreduce_max(double* data, std::size_t n, Group g) const;
   /// \brief Broadcasts a string from `root` of group g. Collective over the group.
   void broadcast(std::string& s, int root, Group g) const;
   void barrier(Group g = Group::world) const;
+
+  /// \brief The resolved comm.backend: which backend host and device buffers take, and why.
+  const BackendPlan& backend() const { return plan_; }
+  /// What the MPI library said about CUDA when this communicator was built.
+  const MpiCudaSupport& mpi_cuda_support() const { return mpi_cuda_; }
+  /// \brief One log line: the backend the run's buffers take and why, the algorithm, the staging
+  /// buffer, and the MPI library's CUDA answer.
+  std::string describe_backend() const;
+
+  /// \brief The NCCL communicator of group g, created on the first call (ncclGetUniqueId on the
+  /// group's rank 0, broadcast over the group's MPI communicator), for NCCL collectives on device
+  /// buffers (reduce_scatter_sum, allgather, ...). Collective over the group on the first call
+  /// for g. Throws std::runtime_error on every rank of the group where NCCL is not built or a
+  /// rank sees no CUDA device.
+  comm::NcclComm& nccl(Group g) const;
 
  private:
   int world_rank_ = 0, world_size_ = 1, node_size_ = 1;
@@ -114,8 +149,17 @@ class Communicator {
   // allocates nothing once the buffer has been seen.
   mutable std::vector<float> scratch_float_;
   mutable std::vector<double> scratch_double_;
+  BackendPlan plan_;
+  MpiCudaSupport mpi_cuda_;
+  bool device_pointers_possible_ = false;  ///< a CUDA device is visible: classify each buffer
+  mutable comm::StagingBuffer staging_;
+  mutable std::array<std::unique_ptr<comm::NcclComm>, 4> nccl_;  ///< by Group, on first use
   template <class T>
   void allreduce_sum_impl(T* data, std::size_t n, Group g, std::vector<T>& scratch) const;
+  template <class T>
+  void allreduce_sum_host(T* data, std::size_t n, Group g, std::vector<T>& scratch) const;
+  template <class T>
+  void allreduce_sum_staged(T* data, std::size_t n, Group g, bool on_device, std::vector<T>& scratch) const;
   MPI_Comm world_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, tensor_ = MPI_COMM_NULL,
            pipeline_ = MPI_COMM_NULL;
 };

@@ -14,6 +14,8 @@ enum class OptimizerKind { sgd, adamw };
 enum class ScheduleKind { constant, cosine, step };
 enum class PipelineSchedule { gpipe, one_f_one_b };
 enum class AllreduceAlgorithm { mpi, ring, parameter_server };
+/// How bytes travel (comm/backend.hpp): automatic picks from the buffers' memory and the build.
+enum class CommBackend { automatic, mpi, cuda_aware_mpi, staged, nccl };
 
 struct RunConfig {
   std::uint64_t seed = 1234;
@@ -111,6 +113,7 @@ struct CommConfig {
   double bucket_mb = 4.0;      ///< gradient buckets of about this many MB, filled in reverse layer order
   bool overlap = false;        ///< start a full bucket's exchange while backward goes on
   bool no_sync = true;         ///< micro-batches: exchange once per step, not per micro-batch
+  CommBackend backend = CommBackend::automatic;
 
   bool operator==(const CommConfig&) const = default;
 };

@@ -329,5 +329,6 @@ std::string_view to_string(OptimizerKind v) { return name_in(deck::kOptimizerKin
 std::string_view to_string(ScheduleKind v) { return name_in(deck::kScheduleKinds, v); }
 std::string_view to_string(PipelineSchedule v) { return name_in(deck::kPipelineSchedules, v); }
 std::string_view to_string(AllreduceAlgorithm v) { return name_in(deck::kAllreduceAlgorithms, v); }
+std::string_view to_string(CommBackend v) { return name_in(deck::kCommBackends, v); }
 
 }  // namespace tessera

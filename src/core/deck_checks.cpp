@@ -6,6 +6,7 @@
 
 #include <initializer_list>
 
+#include "core/build_features.hpp"
 #include "core/deck.hpp"
 #include "core/error.hpp"
 
@@ -52,6 +53,19 @@ void check_combinations(const Config& cfg, const Origins& origins) {
     fail(where_of(cfg, origins, {"train.epochs", "train.steps"}), "train.epochs",
          "train.epochs = 0 and train.steps = 0 leave nothing to train; "
          "allowed: train.epochs >= 1, or train.steps >= 1");
+
+  const auto& c = cfg.comm;
+  if (c.backend == CommBackend::nccl && !build::nccl)
+    fail(where_of(cfg, origins, {"comm.backend"}), "comm.backend",
+         "\"nccl\" needs a build with NCCL, and this one has none (configured without "
+         "-DTESSERA_ENABLE_CUDA=ON, or CMake found no nccl.h/libnccl); allowed here: \"auto\", "
+         "\"mpi\", \"cuda-aware-mpi\", \"staged\"");
+  if (c.backend == CommBackend::nccl && c.allreduce != AllreduceAlgorithm::mpi)
+    fail(where_of(cfg, origins, {"comm.allreduce", "comm.backend"}), "comm.allreduce",
+         fmt::format("\"{}\" with comm.backend = \"nccl\": NCCL runs its own "
+                     "allreduce; set comm.allreduce = \"mpi\" (the library's own), or "
+                     "comm.backend = \"staged\" to run \"{}\" on host copies",
+                     to_string(c.allreduce), to_string(c.allreduce)));
 }
 
 }  // namespace deck

@@ -11,7 +11,8 @@ namespace tessera::deck {
 using Origins = std::map<std::string, std::string>;
 
 /// The combinations known without the world size (nesterov without momentum, min_lr above lr,
-/// warm-up as long as the run, nothing to train). Throws InputError at the first key named that
+/// warm-up as long as the run, nothing to train, comm.backend = "nccl" in a build without NCCL
+/// or with an allreduce algorithm of Tessera's own). Throws InputError at the first key named that
 /// the deck or an override set.
 void check_combinations(const Config& cfg, const Origins& origins);
 

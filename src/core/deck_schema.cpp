@@ -191,6 +191,7 @@ std::vector<KeySpec> build_schema() {
     comm.key<&CommConfig::bucket_mb>("bucket_mb", above(0), "gradient bucket size in MB (whole layers, filled from the last layer backwards); the unit of exchange and of ZeRO-3 gathering"),
     comm.flag<&CommConfig::overlap>("overlap", "start each full bucket's exchange (nonblocking, MPI's own algorithm) while backward continues"),
     comm.flag<&CommConfig::no_sync>("no_sync", "with micro_batches > 1 and zero <= 1: accumulate locally and exchange once per step; false: exchange every micro-batch"),
+    comm.choice<&CommConfig::backend>("backend", kCommBackends, "how buffers travel: auto (host memory: mpi; device memory: nccl if built, else cuda-aware-mpi if MPI says so, else staged), mpi, cuda-aware-mpi (device pointers to MPI), staged (through a pinned host buffer), nccl"),
   };
   // clang-format on
 }

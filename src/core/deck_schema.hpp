@@ -90,5 +90,11 @@ inline constexpr Choice<AllreduceAlgorithm> kAllreduceAlgorithms[] = {
     {"mpi", AllreduceAlgorithm::mpi},
     {"ring", AllreduceAlgorithm::ring},
     {"parameter-server", AllreduceAlgorithm::parameter_server}};
+inline constexpr Choice<CommBackend> kCommBackends[] = {
+    {"auto", CommBackend::automatic},
+    {"mpi", CommBackend::mpi},
+    {"cuda-aware-mpi", CommBackend::cuda_aware_mpi},
+    {"staged", CommBackend::staged},
+    {"nccl", CommBackend::nccl}};
 
 }  // namespace tessera::deck

@@ -236,6 +236,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   out_->log(fmt::format("exchange: {} bucket(s) of about {} MB, overlap {}, no_sync {}, ZeRO stage {}",
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
                         cfg_.comm.no_sync, cfg_.parallel.zero));
+  out_->log(comm_.describe_backend());
   if (resumed_from_ >= 0)
     out_->log(fmt::format("resumed from {} at step {} (epoch {}, batch {})", resume_path,
                           state_.step, state_.epoch, state_.batch_in_epoch));

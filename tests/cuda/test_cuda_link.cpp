@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "blas/cublas_gemm.hpp"
+#include "comm/device_memory.hpp"
+#include "comm/staging_buffer.hpp"
 #if defined(TESSERA_HAVE_NCCL)
 #include "comm/nccl_comm.hpp"
 #endif
@@ -62,6 +64,44 @@ TEST(CudaLink, GemmOnDeviceMatchesHostLoop) {
   cudaFree(d_b);
   cudaFree(d_c);
   cublas::release_handle();
+}
+
+namespace device = tessera::comm::device;
+
+TEST(CudaLink, DeviceMemoryAgreesWithCublasOnTheDeviceCount) {
+  EXPECT_EQ(device::count(), cublas::cuda_device_count());
+  int on_stack = 0;
+  EXPECT_FALSE(device::is_device_pointer(&on_stack));
+  EXPECT_FALSE(device::is_device_pointer(nullptr));
+}
+
+TEST(CudaLink, WithoutDevicePinnedMemoryFallsBackAndDeviceMemoryThrows) {
+  if (device::count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  std::string why;
+  EXPECT_EQ(device::alloc_pinned(4096, why), nullptr);
+  EXPECT_NE(why.find("cudaMallocHost"), std::string::npos) << why;
+  EXPECT_THROW(device::alloc_device(4096), std::runtime_error);
+  tessera::comm::StagingBuffer buf;
+  ASSERT_NE(buf.reserve(1000), nullptr);
+  EXPECT_FALSE(buf.pinned());
+  EXPECT_NE(buf.describe().find("ordinary host memory"), std::string::npos) << buf.describe();
+}
+
+// On a GPU node: the staging buffer is pinned, and a round trip through device memory holds.
+TEST(CudaLink, PinnedStagingAndDeviceCopiesOnDevice) {
+  if (device::count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  tessera::comm::StagingBuffer buf;
+  auto* host = static_cast<float*>(buf.reserve(1024 * sizeof(float)));
+  EXPECT_TRUE(buf.pinned()) << buf.describe();
+  for (int i = 0; i < 1024; ++i) host[i] = static_cast<float>(i);
+  void* d = device::alloc_device(1024 * sizeof(float));
+  EXPECT_TRUE(device::is_device_pointer(d));
+  EXPECT_FALSE(device::is_device_pointer(host));
+  device::copy(d, host, 1024 * sizeof(float));
+  std::vector<float> back(1024);
+  device::copy(back.data(), d, 1024 * sizeof(float));
+  device::free_device(d);
+  for (int i = 0; i < 1024; ++i) ASSERT_EQ(back[i], static_cast<float>(i));
 }
 
 #if defined(TESSERA_HAVE_NCCL)

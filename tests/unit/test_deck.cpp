@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/build_features.hpp"
 #include "core/deck.hpp"
 #include "core/error.hpp"
 
@@ -305,6 +306,29 @@ TEST(DeckErrors, Combinations) {
   const std::string base = write_deck("combo_base.toml", "[optimizer]\nmomentum = 0.0\n");
   expect_input_error([&] { load_deck(base, {"optimizer.nesterov=true"}); },
                      {"--set optimizer.nesterov=true: optimizer.nesterov"});
+}
+
+TEST(DeckErrors, CommBackend) {
+  EXPECT_EQ(load_deck(write_deck("staged.toml", "[comm]\nbackend = \"staged\"\n"), {}).comm.backend,
+            tessera::CommBackend::staged);
+  EXPECT_EQ(load_deck(write_deck("auto.toml", ""), {}).comm.backend, tessera::CommBackend::automatic);
+  expect_deck_error("[comm]\nbackend = \"ncl\"\n", 2,
+                    {"comm.backend: unknown value \"ncl\"", "\"auto\", \"mpi\", \"cuda-aware-mpi\", \"staged\", \"nccl\"",
+                     "did you mean \"nccl\"?"});
+  expect_deck_error("[comm]\nbackend = \"cuda-aware\"\n", 2, {"did you mean \"cuda-aware-mpi\"?"});
+  // nccl is a deck error where the build has no NCCL, fine where it has (with NCCL's own
+  // allreduce).
+  const std::string nccl = write_deck("nccl.toml", "# nccl\n[comm]\nbackend = \"nccl\"\n");
+  if (tessera::build::nccl) {
+    EXPECT_EQ(load_deck(nccl, {}).comm.backend, tessera::CommBackend::nccl);
+    expect_deck_error("[comm]\nallreduce = \"ring\"\nbackend = \"nccl\"\n", 2,
+                      {"comm.allreduce", "\"ring\" with comm.backend = \"nccl\""});
+  } else {
+    expect_input_error([&] { load_deck(nccl, {}); },
+                       {"nccl.toml:3: comm.backend: \"nccl\" needs a build with NCCL", "-DTESSERA_ENABLE_CUDA=ON"});
+    expect_input_error([&] { load_deck(write_deck("plain.toml", ""), {"comm.backend=nccl"}); },
+                       {"--set comm.backend=nccl: comm.backend"});
+  }
 }
 
 // --- Round trip -----------------------------------------------------------------------------
