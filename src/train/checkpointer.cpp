@@ -212,6 +212,30 @@ std::string Checkpointer::save(const Model& model, const DataParallel& dp,
   return path.string();
 }
 
+namespace {
+
+// Reads this rank's part of the checkpoint tensor `ds` of parameter `logical` into `out`: its
+// block at the store's offset, or its shard's piece at the piece's shard offset; nothing where the
+// parameter belongs to another pipeline stage. Collective over the file's communicator.
+void read_tensor(const io::CheckpointFile& file, const std::string& ds, const nn::ParamStore<float>& store,
+                 const nn::ParamInfo& logical, const std::vector<DataParallel::Piece>* pieces, float* out) {
+  std::size_t i = 0;
+  while (i < store.infos().size() && store.infos()[i].name != logical.name) ++i;
+  if (i == store.infos().size()) {
+    const std::vector<std::uint64_t> none(logical.logical_shape.size(), 0);
+    file.read(ds, none, none, nullptr);
+    return;
+  }
+  const auto& p = store.infos()[i];
+  if (pieces != nullptr)
+    file.read_elements(ds, to_u64(p.block_offset), to_u64(p.shape), (*pieces)[i].begin,
+                       (*pieces)[i].end, out + (*pieces)[i].shard_offset);
+  else
+    file.read(ds, to_u64(p.block_offset), to_u64(p.shape), out + p.offset);
+}
+
+}  // namespace
+
 void Checkpointer::load_model(const std::string& path, Model& model, DataParallel* dp) const {
   io::CheckpointFile file(comm_.handle(), path);
   auto& store = model.params();
@@ -237,21 +261,14 @@ void Checkpointer::load_model(const std::string& path, Model& model, DataParalle
       throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} is not "
                                    "part of the model", path, n));
   }
-  if (dp != nullptr && dp->zero() >= 3) {
-    // Only this rank's shard of the values exists.
-    auto h_shard = Kokkos::create_mirror_view(dp->value_shard());
-    for (const auto& piece : dp->shard_pieces()) {
-      const auto& p = store.infos()[piece.param];
-      file.read_elements("model/" + p.name, to_u64(p.block_offset), to_u64(p.shape), piece.begin,
-                         piece.end, h_shard.data() + piece.shard_offset);
-    }
-    Kokkos::deep_copy(dp->value_shard(), h_shard);
-    return;
-  }
-  auto h_values = Kokkos::create_mirror_view(store.values());
-  for (const auto& p : store.infos())
-    file.read("model/" + p.name, to_u64(p.block_offset), to_u64(p.shape), h_values.data() + p.offset);
-  Kokkos::deep_copy(store.values(), h_values);
+  // Reads are collective: every rank goes through every tensor of the model, reading nothing of
+  // those another pipeline stage holds.
+  const bool sharded = dp != nullptr && dp->zero() >= 3;
+  auto h_values = Kokkos::create_mirror_view(sharded ? dp->value_shard() : store.values());
+  const auto pieces = sharded ? dp->shard_pieces() : std::vector<DataParallel::Piece>{};
+  for (const auto& logical : all)
+    read_tensor(file, "model/" + logical.name, store, logical, sharded ? &pieces : nullptr, h_values.data());
+  Kokkos::deep_copy(sharded ? dp->value_shard() : store.values(), h_values);
 }
 
 TrainState Checkpointer::load(const std::string& path, Model& model, DataParallel& dp) const {
@@ -267,16 +284,11 @@ TrainState Checkpointer::load(const std::string& path, Model& model, DataParalle
   const auto pieces = dp.zero() >= 1 ? dp.shard_pieces() : std::vector<DataParallel::Piece>{};
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
     auto h_state = Kokkos::create_mirror_view(opt.state(i));
-    for (std::size_t k = 0; k < store.infos().size(); ++k) {
-      const auto& p = store.infos()[k];
-      const std::string ds = "optimizer/" + p.name + "/" + opt.state_names()[i];
+    for (const auto& logical : logical_params(cfg_, model.shape())) {
+      const std::string ds = "optimizer/" + logical.name + "/" + opt.state_names()[i];
       if (!file.has(ds))
         throw InputError(fmt::format("{}: checkpoint lacks optimizer state {}", path, ds));
-      if (dp.zero() >= 1)
-        file.read_elements(ds, to_u64(p.block_offset), to_u64(p.shape), pieces[k].begin,
-                           pieces[k].end, h_state.data() + pieces[k].shard_offset);
-      else
-        file.read(ds, to_u64(p.block_offset), to_u64(p.shape), h_state.data() + p.offset);
+      read_tensor(file, ds, store, logical, dp.zero() >= 1 ? &pieces : nullptr, h_state.data());
     }
     Kokkos::deep_copy(opt.state(i), h_state);
   }

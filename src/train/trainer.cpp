@@ -296,13 +296,16 @@ double Trainer::train_step(double lr) {
   // exchange starts from the backward hooks (DataParallel).
   double loss_sum = 0.0;
   std::vector<int> slot(static_cast<std::size_t>(micro_batches), -1), rows(slot.size(), 0);
+  std::vector<PendingOp> forward_send(slot.size());
   int backwards = 0;
   const auto move_comm = [&](Phase from) {
     timer_.move(from, Phase::allreduce, dp_->take_hook_comm_seconds());
     timer_.move(from, Phase::tensor, tensor_seconds_);
     tensor_seconds_ = 0.0;
   };
-  for (const PipelineOp& op : pipeline_schedule(cfg_.parallel.schedule, stages, stage, micro_batches)) {
+  const auto ops = pipeline_schedule(cfg_.parallel.schedule, stages, stage, micro_batches);
+  const int slot_bound = peak_in_flight(ops);
+  for (const PipelineOp& op : ops) {
     const int m = op.micro;
     const auto mu = static_cast<std::size_t>(m);
     const int fwd_tag = 2 * m, bwd_tag = 2 * m + 1;
@@ -314,6 +317,16 @@ double Trainer::train_step(double lr) {
         b = load_batch(*train_, idx, h_inputs_, h_labels_, h_targets_, inputs_, labels_, targets_);
       }
       rows[mu] = static_cast<int>(idx.size());
+      {
+        // Keep to the schedule's bound on live activations: wait for a retired slot's sends
+        // only when the new micro-batch would exceed it.
+        auto t = timer_.time(Phase::pipeline, exec_);
+        retire_slots(false);
+        while (model_->live_slots() >= slot_bound && !retiring_.empty()) {
+          for (auto& send : retiring_.front().sends) send.wait();
+          retire_slots(false);
+        }
+      }
       slot[mu] = model_->acquire(rows[mu]);
       const MatrixU<float> in = model_->input(slot[mu]);
       if (model_->first_stage()) {
@@ -331,8 +344,8 @@ double Trainer::train_step(double lr) {
       }
       move_comm(Phase::forward);
       if (!model_->last_stage())
-        sends_.push_back(comm_.isend(model_->output(slot[mu]).data(), model_->output(slot[mu]).size(),
-                                     stage + 1, fwd_tag, Group::pipeline));
+        forward_send[mu] = comm_.isend(model_->output(slot[mu]).data(), model_->output(slot[mu]).size(),
+                                       stage + 1, fwd_tag, Group::pipeline);
     } else {
       if (!model_->last_stage()) {
         auto t = timer_.time(Phase::pipeline, exec_);
@@ -350,18 +363,22 @@ double Trainer::train_step(double lr) {
         auto t = timer_.time(Phase::allreduce, exec_);
         dp_->end_backward(exec_);
       }
+      // The slot is done once its sends are: it retires, and is released when they complete. Its
+      // activation went to the next stage before that stage sent the gradient back: done.
+      forward_send[mu].wait();
+      Retiring r;
+      r.slot = slot[mu];
       if (!model_->first_stage()) {
         const MatrixU<float> g = model_->grad_input(slot[mu]);
-        sends_.push_back(comm_.isend(g.data(), g.size(), stage - 1, bwd_tag, Group::pipeline));
+        r.sends.push_back(comm_.isend(g.data(), g.size(), stage - 1, bwd_tag, Group::pipeline));
       }
+      retiring_.push_back(std::move(r));
     }
   }
   {
     auto t = timer_.time(Phase::pipeline, exec_);
-    for (auto& send : sends_) send.wait();
-    sends_.clear();
+    retire_slots(true);
   }
-  for (const int s : slot) model_->release(s);
 
   // The rest of the exchange, norm, clipping, the update (and ZeRO's allgather).
   const double grad_norm = dp_->finish_step(exec_, lr);
@@ -386,6 +403,18 @@ double Trainer::train_step(double lr) {
         state_.step + 1, loss, grad_norm, latest));
   }
   return loss;
+}
+
+void Trainer::retire_slots(bool wait) {
+  std::erase_if(retiring_, [&](Retiring& r) {
+    bool done = true;
+    for (auto& send : r.sends) {
+      if (wait) send.wait();
+      done = send.test() && done;
+    }
+    if (done) model_->release(r.slot);
+    return done;
+  });
 }
 
 void Trainer::log_progress(double lr, double loss, double grad_norm) {
@@ -515,6 +544,13 @@ nlohmann::json Trainer::summary(const std::string& status) const {
   j["resumed_from_step"] = resumed_from_ >= 0 ? nlohmann::json(resumed_from_) : nlohmann::json(nullptr);
   j["checkpoint_step"] = last_checkpoint_step_ >= 0 ? nlohmann::json(last_checkpoint_step_) : nlohmann::json(nullptr);
   j["output_dir"] = cfg_.run.output_dir;
+  // The most micro-batches whose activations any stage held at once (1F1B: at most pp; GPipe:
+  // every micro-batch of the step).
+  std::vector<double> peaks(static_cast<std::size_t>(comm_.pp()), 0.0);
+  peaks[static_cast<std::size_t>(comm_.coord().pipeline)] = model_->peak_slots();
+  comm_.allreduce_max(peaks.data(), peaks.size(), Group::world);
+  j["peak_activation_slots"] = static_cast<int>(*std::max_element(peaks.begin(), peaks.end()));
+  j["peak_activation_slots_by_stage"] = std::vector<int>(peaks.begin(), peaks.end());
   nlohmann::json memory;
   for (std::size_t c = 0; c < static_cast<std::size_t>(mem::Category::count); ++c)
     memory[std::string(mem::name(static_cast<mem::Category>(c))) + "_peak_bytes"] =

@@ -96,7 +96,13 @@ class Trainer {
 
   StepTimer timer_;
   double tensor_seconds_ = 0.0;  // time in tensor-group sums, since the last take
-  std::vector<PendingOp> sends_;  // pipeline sends of this step, completed at its end
+  // Activation slots whose micro-batch is done but whose pipeline sends may still be in flight.
+  struct Retiring {
+    int slot = -1;
+    std::vector<PendingOp> sends;
+  };
+  std::vector<Retiring> retiring_;
+  void retire_slots(bool wait);
   int peak_slots_logged_ = -1;
   double run_start_wall_ = 0.0;
   std::int64_t interval_samples_ = 0, total_samples_timed_ = 0, last_logged_step_ = 0;
