@@ -116,6 +116,17 @@ step_plot_checkpoints() {
   grep -Eq '^layers\.0\.weight +10 ' "$WORK_DIR/table2.txt" || fail "no row for step 10"
   expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" "$WORK_DIR/no_such_run" \
     --out "$WORK_DIR/x.png"
+
+  # --parallel on 2 ranks reads through MPI-IO (python3-h5py-mpi, python3-mpi4py from
+  # tools/setup.sh) and prints the serial run's table; on one process it says what it needs.
+  "$MPIEXEC" -n 2 --oversubscribe --bind-to none "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" \
+    "$run" --out "$WORK_DIR/checkpoints_mpi.png" --parallel | tee "$WORK_DIR/table_mpi.txt"
+  check_png "$WORK_DIR/checkpoints_mpi.png"
+  grep -q 'read on 2 ranks through MPI-IO' "$WORK_DIR/table_mpi.txt" || fail "not read through MPI-IO"
+  diff <(grep -v '^plot_checkpoints:' "$WORK_DIR/table.txt") \
+    <(grep -v '^plot_checkpoints:' "$WORK_DIR/table_mpi.txt") || fail "the 2-rank table differs"
+  expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" "$run" --out "$WORK_DIR/x.png" --parallel
+  grep -q 'needs several ranks' "$WORK_DIR/last.txt" || fail "--parallel alone does not say why"
 }
 
 step_compare_checkpoints() {
