@@ -16,8 +16,8 @@
 #
 # Needs root, munge and Slurm (tools/setup.sh installs munge, slurmctld, slurmd, slurm-client);
 # where they are missing or the daemons do not start, it prints why and exits 77, which ctest
-# reports as skipped. Environment (tests/slurm/CMakeLists.txt): TESSERA_BINARY, SOURCE_DIR,
-# WORK_DIR.
+# reports as skipped (a failure with TESSERA_REQUIRE_SLURM=1, as in CI). Environment
+# (tests/slurm/CMakeLists.txt): TESSERA_BINARY, SOURCE_DIR, WORK_DIR.
 set -euo pipefail
 
 : "${TESSERA_BINARY:?} ${SOURCE_DIR:?} ${WORK_DIR:?}"
@@ -29,7 +29,12 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
+# TESSERA_REQUIRE_SLURM=1 (tools/test.sh sets it under CI=true) turns a skip into a failure.
 skip() {
+  if [[ ${TESSERA_REQUIRE_SLURM:-0} == 1 ]]; then
+    echo "FAIL: $* (TESSERA_REQUIRE_SLURM=1: Slurm must run here)" >&2
+    exit 1
+  fi
   echo "SKIP: $*"
   exit "$skip_code"
 }
