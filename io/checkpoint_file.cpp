@@ -1,6 +1,7 @@
 #include "io/checkpoint_file.hpp"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,6 +92,9 @@ void write_tensor(hid_t file, const TensorSlab& t, hid_t xfer) {
 //     checkpoint's tensors are in the temporary file, before the rename: a node lost mid-write.
 //   TESSERA_TEST_SIGNAL_IN_CHECKPOINT: every rank raises SIGUSR1 at the same point: a (second)
 //     stop signal arriving while the checkpoint is written.
+//   TESSERA_TEST_PAUSE_IN_CHECKPOINT: every rank prints a line and waits there until a signal
+//     arrives (at most 60 s), so a test can signal a run at a known step however fast the
+//     machine is (tests/slurm/test_slurm.sh).
 // Unset, they cost one getenv per checkpoint.
 bool hook_names_step(const char* variable, const CheckpointContent& content) {
   const char* steps = std::getenv(variable);
@@ -111,6 +115,13 @@ void run_test_hooks(MPI_Comm comm, const CheckpointContent& content) {
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
   if (hook_names_step("TESSERA_TEST_SIGNAL_IN_CHECKPOINT", content)) std::raise(SIGUSR1);
+  if (hook_names_step("TESSERA_TEST_PAUSE_IN_CHECKPOINT", content)) {
+    std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_PAUSE_IN_CHECKPOINT: waiting for a signal\n", rank);
+    std::fflush(stderr);
+    // A caught signal ends nanosleep early (EINTR); SA_RESTART never restarts it.
+    timespec left{60, 0};
+    nanosleep(&left, &left);
+  }
   if (hook_names_step("TESSERA_TEST_KILL_IN_CHECKPOINT", content) && rank == std::min(1, size - 1)) {
     std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_KILL_IN_CHECKPOINT: SIGKILL mid-checkpoint\n", rank);
     std::fflush(stderr);
