@@ -2,20 +2,19 @@
 # The job scripts of jobscripts/ under a real Slurm: a private one-node cluster (its own munged,
 # slurmctld and slurmd, everything in a temporary directory, ports chosen free), then
 #   a) cpu.sbatch runs the CI deck to the end (ranks started by mpirun inside the allocation);
-#   b) cpu.sbatch again (ranks started by srun --mpi=pmix), and mid-run the batch shell gets
-#      USR1 the way --signal=B:USR1@N delivers it before the time limit: the ranks checkpoint,
-#      exit 4, the job requeues itself, starts again, resumes and completes, and its train and
-#      eval losses equal run a)'s;
-#   c) chained.sbatch submits a chain of two dependent jobs; the first link is signalled the same
-#      way and exits 4, the second resumes and completes, again with a)'s losses.
-# The signal is sent with `scancel --batch --signal=USR1`: slurmctld checks --signal deadlines
-# only every 30 s (PERIODIC_TIMEOUT), so a real warning lands anywhere in a 30-s window, and a
-# --time of a minute or more; this test needs it to land while the ranks are mid-run. What
-# reaches the batch shell (USR1, to the shell only) is the same. "Mid-run" is made exact, on a
-# fast Release build and a slow sanitizer build alike, by the test hook
-# TESSERA_TEST_PAUSE_IN_CHECKPOINT=20 (io/checkpoint_file.cpp): the ranks wait inside the
-# step-20 checkpoint until the signal comes, so they stop after step 21. That every job script
-# asks for --signal=B:USR1@N is checked by tests/slurm/lint_jobscripts.sh.
+#   b) cpu.sbatch again (ranks started by srun --mpi=pmix) with --time=1 --signal=B:USR1@10:
+#      Slurm's own warning before the time limit reaches the batch shell mid-run; the ranks
+#      checkpoint, exit 4, the job requeues itself, starts again, resumes and completes, and its
+#      train and eval losses equal run a)'s;
+#   c) chained.sbatch submits a chain of two dependent jobs; the first link gets the same USR1
+#      at once from `scancel --batch --signal=USR1` and exits 4, the second resumes and
+#      completes, again with a)'s losses.
+# slurmctld checks warning deadlines only every 30 s, so b)'s warning lands anywhere from 20 to
+# 50 s after the start. "Mid-run" is made exact, on a fast Release build and a slow sanitizer
+# build alike, by the test hook TESSERA_TEST_PAUSE_IN_CHECKPOINT=20 (io/checkpoint_file.cpp):
+# the ranks wait inside the step-20 checkpoint until a signal comes (at most 60 s), so they stop
+# after step 21. That every job script asks for --signal=B:USR1@N is checked by
+# tests/slurm/lint_jobscripts.sh.
 #
 # Needs root, munge and Slurm (tools/setup.sh installs munge, slurmctld, slurmd, slurm-client);
 # where they are missing or the daemons do not start, it prints why and exits 77, which ctest
@@ -85,8 +84,11 @@ cleanup() {
       sleep 0.2
     done
   done
+  # The daemons' logs stay in WORK_DIR/daemon-logs for a look after a failure.
+  rm -rf "$WORK_DIR/daemon-logs"
+  cp -r "$tmp/log" "$WORK_DIR/daemon-logs" 2>/dev/null
   if ((status != 0 && status != skip_code)); then
-    for f in "$tmp"/log/*.log; do
+    for f in "$WORK_DIR"/daemon-logs/*.log; do
       echo "--- last lines of $f"
       tail -n 15 "$f"
     done
@@ -145,8 +147,8 @@ SlurmctldPidFile=$tmp/run/slurmctld.pid
 SlurmdPidFile=$tmp/run/slurmd.pid
 SlurmctldLogFile=$tmp/log/slurmctld.log
 SlurmdLogFile=$tmp/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
+SlurmctldDebug=debug
+SlurmdDebug=debug
 MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -261,18 +263,24 @@ check_stop_and_resume() {
   say "stopped after step $stop_step with $ckpt, resumed from it"
 }
 
-# --- b) signalled mid-run: checkpoint, exit 4, requeue, resume ---------------------------------
+# --- b) Slurm's own warning before the time limit: checkpoint, exit 4, requeue, resume ----------
+# --time=1 --signal=B:USR1@10 (the command line overrides the script's @120). slurmctld checks
+# warning deadlines every 30 s and sends the warning at the first check at or after
+# end - 10 s - 30 s, i.e. 20 to 50 s after the start (measured here: both @30 and @50 arrived at
+# the same check). The ranks reach the step-20 checkpoint within seconds and wait there for it.
 run=$WORK_DIR/run_requeue
 rm -rf "$run"
-jid=$(TESSERA_TEST_PAUSE_IN_CHECKPOINT=$pause_step sbatch --parsable --time=10 \
+jid=$(TESSERA_TEST_PAUSE_IN_CHECKPOINT=$pause_step sbatch --parsable --time=1 --signal=B:USR1@10 \
   "$SOURCE_DIR/jobscripts/cpu.sbatch" "${deck_args[@]}" --set "run.output_dir=$run")
-say "b) job $jid: cpu.sbatch, srun --mpi=pmix, signalled mid-run"
-signal_mid_run "$jid" "$jobs_dir/tessera-$jid.out"
+out=$jobs_dir/tessera-$jid.out
+say "b) job $jid: cpu.sbatch, srun --mpi=pmix, --time=1 --signal=B:USR1@10"
+wait_for 120 paused "$out" || fail "job $jid: its ranks did not reach the step-$pause_step checkpoint within 120 s"
+say "b) both ranks wait in the step-$pause_step checkpoint; Slurm's warning is due 20 to 50 s after the start"
 requeued() { [[ $(job_field "$jid" Restarts) -ge 1 ]]; }
-wait_for 60 requeued || fail "job $jid was not requeued within 60 s (state $(job_state "$jid"))"
+wait_for 120 requeued || fail "job $jid was not requeued within 120 s (state $(job_state "$jid"))"
+grep -q 'warning signal: the ranks checkpoint' "$out" || fail "$out: the warning did not reach the job script"
 say "b) job $jid requeued ($(job_state "$jid"), $(job_field "$jid" Reason)); waiting for its second start"
 wait_for 300 job_ended "$jid" || fail "job $jid did not end within 300 s (state $(job_state "$jid"))"
-out=$jobs_dir/tessera-$jid.out
 show_output "$out"
 [[ $(job_state "$jid") == COMPLETED ]] || fail "job $jid ended $(job_state "$jid"), not COMPLETED"
 [[ $(job_field "$jid" Restarts) -eq 1 ]] || fail "job $jid restarted $(job_field "$jid" Restarts) times, expected once"
@@ -281,9 +289,9 @@ grep -q "requeueing job $jid" "$out" || fail "$out: the job script did not reque
 completed "$run" || fail "$run/summary.json does not say completed"
 check_stop_and_resume "$run"
 same_losses "$ref" "$run" || fail "the requeued run's losses differ from the uninterrupted run's"
-say "b) passed: exit 4, requeued once, resumed, losses equal the uninterrupted run's"
+say "b) passed: Slurm's warning, exit 4, requeued once, resumed, losses equal the uninterrupted run's"
 
-# --- c) a chain of two dependent jobs -------------------------------------------------------------
+# --- c) a chain of two dependent jobs, the first signalled now (scancel) --------------------------
 run=$WORK_DIR/run_chain
 rm -rf "$run"
 LINKS=2 SBATCH_TIMELIMIT=10 TESSERA_TEST_PAUSE_IN_CHECKPOINT=$pause_step \
