@@ -7,7 +7,9 @@
 #   tessera_run LAUNCHER... -- tessera train DECK --resume auto [args...]
 #
 # Environment: TESSERA (the binary, default build/tessera), TESSERA_REQUEUE (1: requeue on exit
-# code 4, the default; 0: just exit 4, as a link of a chain of dependent jobs does).
+# code 4, the default; 0: just exit 4, as a link of a chain of dependent jobs does),
+# TESSERA_CHECK_LAUNCHER (empty: `tessera check` runs as one plain process on the batch node;
+# "srun -n 1" where the MPI cannot start a process that srun did not launch).
 # shellcheck shell=bash
 
 TESSERA=${TESSERA:-build/tessera}
@@ -38,7 +40,9 @@ tessera_job_banner() {
 # TESSERA_OUTPUT_DIR to its run.output_dir.
 tessera_check() {
   local resolved
-  resolved=$("$TESSERA" check "$@" --ranks "${SLURM_NTASKS:?not inside a Slurm job}")
+  local launcher=()
+  read -r -a launcher <<<"${TESSERA_CHECK_LAUNCHER:-}"
+  resolved=$("${launcher[@]}" "$TESSERA" check "$@" --ranks "${SLURM_NTASKS:?not inside a Slurm job}")
   echo "$resolved"
   TESSERA_OUTPUT_DIR=$(sed -n 's/^output_dir = "\(.*\)"$/\1/p' <<<"$resolved")
 }
