@@ -1,9 +1,14 @@
 #include "io/checkpoint_file.hpp"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -162,6 +167,48 @@ void write_tensor(hid_t file, const TensorSlab& t, hid_t xfer) {
   TESSERA_H5(H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer, data));
 }
 
+// Test hooks (tests/integration/test_crash.cpp), each naming checkpoint steps ("20" or "10,11"):
+//   TESSERA_TEST_KILL_IN_CHECKPOINT: rank 1 (rank 0 when alone) raises SIGKILL once half of the
+//     checkpoint's tensors are in the temporary file, before the rename: a node lost mid-write.
+//   TESSERA_TEST_SIGNAL_IN_CHECKPOINT: every rank raises SIGUSR1 at the same point: a (second)
+//     stop signal arriving while the checkpoint is written.
+//   TESSERA_TEST_PAUSE_IN_CHECKPOINT: every rank prints a line and waits there until a signal
+//     arrives (at most 60 s), so a test can signal a run at a known step however fast the
+//     machine is (tests/slurm/test_slurm.sh).
+// Unset, they cost one getenv per checkpoint.
+bool hook_names_step(const char* variable, const CheckpointContent& content) {
+  const char* steps = std::getenv(variable);
+  const auto step = content.root_attrs.find("step");
+  if (steps == nullptr || step == content.root_attrs.end()) return false;
+  const std::string wanted = to_string(step->second);
+  std::string list = steps;
+  for (std::size_t begin = 0; begin <= list.size();) {
+    const std::size_t end = std::min(list.find(',', begin), list.size());
+    if (list.substr(begin, end - begin) == wanted) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
+void run_test_hooks(MPI_Comm comm, const CheckpointContent& content) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (hook_names_step("TESSERA_TEST_SIGNAL_IN_CHECKPOINT", content)) std::raise(SIGUSR1);
+  if (hook_names_step("TESSERA_TEST_PAUSE_IN_CHECKPOINT", content)) {
+    std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_PAUSE_IN_CHECKPOINT: waiting for a signal\n", rank);
+    std::fflush(stderr);
+    // A caught signal ends nanosleep early (EINTR); SA_RESTART never restarts it.
+    timespec left{60, 0};
+    nanosleep(&left, &left);
+  }
+  if (hook_names_step("TESSERA_TEST_KILL_IN_CHECKPOINT", content) && rank == std::min(1, size - 1)) {
+    std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_KILL_IN_CHECKPOINT: SIGKILL mid-checkpoint\n", rank);
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+}
+
 void write_content(MPI_Comm comm, const std::string& path, const CheckpointContent& content) {
   h5::File file = h5::create_parallel(comm, path);
   for (const auto& [name, value] : content.root_attrs) h5::write_attr(file, name, value);
@@ -172,7 +219,11 @@ void write_content(MPI_Comm comm, const std::string& path, const CheckpointConte
     for (const auto& [name, value] : attrs) h5::write_attr(group, name, value);
   }
   h5::PropList xfer = h5::collective_transfer();
-  for (const TensorSlab& t : content.tensors) write_tensor(file, t, xfer);
+  const std::size_t half = std::max<std::size_t>(1, content.tensors.size() / 2);
+  for (std::size_t i = 0; i < content.tensors.size(); ++i) {
+    write_tensor(file, content.tensors[i], xfer);
+    if (i + 1 == half) run_test_hooks(comm, content);
+  }
   file.close();
 }
 

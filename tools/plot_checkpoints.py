@@ -4,6 +4,7 @@
     tools/plot_checkpoints.py RUN_DIR --out PNG
     tools/plot_checkpoints.py CKPT.h5 CKPT.h5 ... --out PNG
     mpirun -n 4 tools/plot_checkpoints.py RUN_DIR --out PNG     # tensors split across ranks
+    mpirun -n 4 tools/plot_checkpoints.py RUN_DIR --out PNG --parallel  # and MPI-IO, or exit 2
 
 For every /model/<name> dataset: its L2 norm at each checkpoint, and the relative update
 ||w_k - w_{k-1}|| / ||w_{k-1}|| between consecutive checkpoints; one line per tensor. A RUN_DIR
@@ -13,6 +14,9 @@ attribute. The same numbers are printed as a table.
 Under mpirun with mpi4py importable, each rank reads a share of the tensors (through h5py's
 MPI-IO driver when h5py was built with MPI, else serial reads of the shared files) and rank 0
 gathers the norms and draws. Without mpi4py it runs serially (rank 0 of the launch draws).
+--parallel insists on the parallel path: several ranks, mpi4py and an h5py built with MPI
+(Debian: python3-h5py-mpi, whose h5py loads its MPI build under mpirun), and otherwise exits 2
+naming what is missing.
 
 Runs with Debian's Python (/usr/bin/python3: python3-h5py, python3-numpy, python3-matplotlib);
 no display is needed (Agg backend). Exit codes: 0 success, 2 bad input (one line on stderr).
@@ -56,6 +60,20 @@ def get_comm():
                   f"rank 0 writes the figure", file=sys.stderr)
         return None
     return MPI.COMM_WORLD
+
+
+def parallel_problem(comm):
+    """Why --parallel cannot read with MPI-IO here, or None when it can."""
+    size = launcher_value(LAUNCHER_SIZE_VARS)
+    if size is None or size < 2:
+        return "--parallel needs several ranks: launch it with mpirun -n N (or srun -n N), N > 1"
+    if comm is None:
+        return "--parallel needs mpi4py: apt-get install python3-mpi4py (or pip install mpi4py)"
+    if not h5py.get_config().mpi:
+        return (f"--parallel needs h5py built with MPI, and this h5py {h5py.__version__} is "
+                f"serial: apt-get install python3-h5py-mpi (Debian's h5py then loads its MPI "
+                f"build under mpirun), or build h5py against parallel HDF5")
+    return None
 
 
 def checkpoint_files(inputs):
@@ -183,10 +201,18 @@ def main(argv):
                         help="a run directory, or checkpoint files")
     parser.add_argument("--out", required=True, metavar="PNG", help="where to write the figure")
     parser.add_argument("--title", help="figure title")
+    parser.add_argument("--parallel", action="store_true",
+                        help="insist on reading through MPI-IO on several ranks (mpi4py and an "
+                             "MPI-enabled h5py); exit 2 naming what is missing otherwise")
     args = parser.parse_args(argv)
     comm = get_comm()
     rank = comm.Get_rank() if comm is not None else (launcher_value(LAUNCHER_RANK_VARS) or 0)
     try:
+        if args.parallel and parallel_problem(comm):
+            raise InputError(parallel_problem(comm))
+        if comm is not None and not h5py.get_config().mpi and rank == 0:
+            print(f"{PROG}: note: h5py is a serial build; each rank reads its tensors with "
+                  f"ordinary opens (python3-h5py-mpi gives MPI-IO)", file=sys.stderr)
         files = order_by_step(checkpoint_files(args.inputs))
         steps, names, history = compute(files, comm)
         if rank == 0:
@@ -194,7 +220,11 @@ def main(argv):
                 raise InputError("no /model tensors in the checkpoints")
             print_table(steps, names, history)
             draw(steps, names, history, args.out, args.title)
-            print(f"{PROG}: wrote {args.out} ({len(files)} checkpoints, {len(names)} tensors)")
+            mode = ""
+            if comm is not None:
+                driver = "MPI-IO" if h5py.get_config().mpi else "serial opens"
+                mode = f", read on {comm.Get_size()} ranks through {driver}"
+            print(f"{PROG}: wrote {args.out} ({len(files)} checkpoints, {len(names)} tensors{mode})")
     except InputError as e:
         # Every rank sees the same input, so every rank reaches this; rank 0 reports.
         if rank == 0:

@@ -1,14 +1,20 @@
 #!/usr/bin/python3
-"""Plot the metrics.csv of one or more Tessera runs into one PNG.
+"""Plot the metrics of one or more Tessera runs into one PNG.
 
-    tools/plot_metrics.py RUN_DIR [RUN_DIR ...] --out PNG [--title T] [--logy]
+    tools/plot_metrics.py RUN [RUN ...] --out PNG [--title T] [--logy]
+
+RUN is a run directory (its metrics.csv, or metrics.h5 where there is no CSV), or a metrics.csv
+or metrics.h5 file by name. metrics.h5 holds the same rows as one dataset per column under
+/train and /eval (docs/analysis.md); it is read without a file lock, so a running job's file
+can be plotted.
 
 Panels: train and eval loss, eval accuracy (when any run has it), learning rate, samples/s, and
 the step-time split of the first run (t_data, t_forward, t_backward, t_allreduce, t_optimizer,
 stacked, in ms). Several runs are overlaid; each is named by its directory, or by the layout in
 its summary.json when directory names collide.
 
-Runs with Debian's Python (/usr/bin/python3: python3-numpy, python3-matplotlib); no display
+Runs with Debian's Python (/usr/bin/python3: python3-numpy, python3-matplotlib, python3-h5py
+for metrics.h5); no display
 is needed (Agg backend). Exit codes: 0 success, 2 bad input (one line on stderr).
 """
 
@@ -41,12 +47,53 @@ def to_float(cell):
     return float(cell)
 
 
-class Run:
-    """One run directory: its metrics rows split by kind, and its label."""
+def metrics_source(path):
+    """The run directory and the metrics file that RUN names."""
+    if os.path.isdir(path):
+        csv_path = os.path.join(path, "metrics.csv")
+        h5_path = os.path.join(path, "metrics.h5")
+        return path, (h5_path if not os.path.isfile(csv_path) and os.path.isfile(h5_path)
+                      else csv_path)
+    if path.endswith((".csv", ".h5")) and os.path.isfile(path):
+        return os.path.dirname(os.path.abspath(path)), path
+    if path.endswith((".csv", ".h5")):
+        raise InputError(f"no such file: {path}")
+    raise InputError(f"no such run directory: {path}")
 
-    def __init__(self, run_dir):
-        self.path = run_dir
-        self.name = os.path.basename(os.path.normpath(os.path.abspath(run_dir)))
+
+def read_h5(h5_path):
+    """The rows of a metrics.h5 as {"train": {column: [floats]}, "eval": {...}}."""
+    import h5py  # only needed for metrics.h5
+    import numpy as np
+
+    try:
+        try:
+            f = h5py.File(h5_path, "r", locking=False)  # the writer may still have it open
+        except TypeError:  # h5py before 3.5
+            f = h5py.File(h5_path, "r")
+    except OSError as e:
+        raise InputError(f"{h5_path}: cannot open as HDF5 ({e})") from None
+    with f:
+        fmt = f.attrs.get("format")
+        fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+        if fmt != "tessera-metrics":
+            raise InputError(f"{h5_path}: not a Tessera metrics file (root attribute format is "
+                             f"{fmt!r}, expected 'tessera-metrics')")
+        rows = {}
+        for kind in ("train", "eval"):
+            group = f.get(kind)
+            rows[kind] = {} if group is None else {
+                name: [float(v) for v in np.asarray(ds[()], dtype=np.float64)]
+                for name, ds in group.items()}
+        return rows
+
+
+class Run:
+    """One run: its metrics rows split by kind, and its label."""
+
+    def __init__(self, run):
+        self.path, self.metrics_path = metrics_source(run)
+        self.name = os.path.basename(os.path.normpath(os.path.abspath(self.path)))
         self.layout = None
         self.train = {}  # column -> list of floats, train rows in file order
         self.eval = {}  # column -> list of floats, eval rows in file order
@@ -54,9 +101,32 @@ class Run:
         self._read()
 
     def _read(self):
-        if not os.path.isdir(self.path):
-            raise InputError(f"no such run directory: {self.path}")
-        csv_path = os.path.join(self.path, "metrics.csv")
+        if self.metrics_path.endswith(".h5"):
+            self._read_h5()
+        else:
+            self._read_csv()
+        summary = os.path.join(self.path, "summary.json")
+        if os.path.isfile(summary):
+            try:
+                with open(summary) as f:
+                    self.layout = json.load(f).get("layout")
+            except (OSError, ValueError):
+                self.layout = None
+
+    def _read_h5(self):
+        rows = read_h5(self.metrics_path)
+        missing = [c for c in REQUIRED_COLUMNS[1:] if c not in rows["train"]]
+        if missing:
+            raise InputError(f"{self.metrics_path}: /train lacks {','.join(missing)}")
+        self.train, self.eval = rows["train"], rows["eval"]
+        self.columns = ["kind"] + sorted(set(self.train) | set(self.eval))
+        for group in (self.train, self.eval):
+            length = len(group.get("step", []))
+            for c in self.columns[1:]:
+                group.setdefault(c, [math.nan] * length)
+
+    def _read_csv(self):
+        csv_path = self.metrics_path
         if not os.path.isfile(csv_path):
             raise InputError(f"{csv_path}: missing (is {self.path} a Tessera run directory?)")
         with open(csv_path, newline="") as f:
@@ -81,13 +151,6 @@ class Run:
                 except ValueError as e:
                     raise InputError(f"{csv_path}:{line_no}: {e}") from None
             self.train, self.eval = rows["train"], rows["eval"]
-        summary = os.path.join(self.path, "summary.json")
-        if os.path.isfile(summary):
-            try:
-                with open(summary) as f:
-                    self.layout = json.load(f).get("layout")
-            except (OSError, ValueError):
-                self.layout = None
 
     def has(self, kind, column):
         """Whether a column has any value in the rows of this kind."""
@@ -175,7 +238,8 @@ def make_figure(runs, labels, title, logy):
 
 def main(argv):
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run output directories")
+    parser.add_argument("runs", nargs="+", metavar="RUN",
+                        help="run output directories, or metrics.csv / metrics.h5 files")
     parser.add_argument("--out", required=True, metavar="PNG", help="where to write the figure")
     parser.add_argument("--title", help="figure title")
     parser.add_argument("--logy", action="store_true", help="log-scale loss axis")

@@ -5,8 +5,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
+#include <map>
 #include <sstream>
 #include <vector>
+
+#include "io/metrics_file.hpp"
 
 namespace tessera {
 
@@ -19,6 +23,54 @@ constexpr const char* csv_header =
 
 std::string opt(const std::optional<double>& v) {
   return v ? fmt::format("{:.9g}", *v) : std::string();
+}
+
+// metrics.h5's columns per row kind; optional values absent from a row are NaN.
+const std::vector<io::MetricsGroup>& h5_groups() {
+  static const std::vector<io::MetricsGroup> groups = {
+      {"train",
+       {{"step", true}, {"epoch", true}, {"loss"}, {"lr"}, {"grad_norm"}, {"samples_per_s"},
+        {"wall_s"}, {"t_data"}, {"t_forward"}, {"t_backward"}, {"t_allreduce"}, {"t_optimizer"}}},
+      {"eval", {{"step", true}, {"epoch", true}, {"loss"}, {"accuracy"}, {"wall_s"}}},
+  };
+  return groups;
+}
+
+// A row's values in the column order of its h5_groups() entry.
+std::vector<double> h5_values(const MetricsRow& r) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto v = [nan](const std::optional<double>& x) { return x.value_or(nan); };
+  const auto step = static_cast<double>(r.step), epoch = static_cast<double>(r.epoch);
+  if (r.kind == "eval") return {step, epoch, r.loss, v(r.accuracy), r.wall_s};
+  return {step, epoch, r.loss, v(r.lr), v(r.grad_norm), v(r.samples_per_s), r.wall_s,
+          v(r.t_data), v(r.t_forward), v(r.t_backward), v(r.t_allreduce), v(r.t_optimizer)};
+}
+
+// A metrics.csv line (csv_header's columns) back as a row.
+MetricsRow parse_row(const std::string& line) {
+  std::vector<std::string> cells;
+  std::stringstream in(line);
+  for (std::string cell; std::getline(in, cell, ',');) cells.push_back(cell);
+  cells.resize(14);
+  auto opt_of = [&](std::size_t i) {
+    return cells[i].empty() ? std::nullopt : std::optional<double>(std::stod(cells[i]));
+  };
+  MetricsRow r;
+  r.kind = cells[0];
+  r.step = std::stoll(cells[1]);
+  r.epoch = std::stoll(cells[2]);
+  r.loss = std::stod(cells[3]);
+  r.lr = opt_of(4);
+  r.grad_norm = opt_of(5);
+  r.samples_per_s = opt_of(6);
+  r.accuracy = opt_of(7);
+  r.wall_s = opt_of(8).value_or(0.0);
+  r.t_data = opt_of(9);
+  r.t_forward = opt_of(10);
+  r.t_backward = opt_of(11);
+  r.t_allreduce = opt_of(12);
+  r.t_optimizer = opt_of(13);
+  return r;
 }
 
 // Keeps the header and the rows whose step is <= last_step (a resumed run rewrites what follows).
@@ -49,7 +101,20 @@ RunOutput::RunOutput(bool writer, const std::string& dir, std::optional<std::int
   csv_ << csv_header << '\n';
   for (const auto& row : kept) csv_ << row << '\n';
   csv_.flush();
+
+  // metrics.h5 from the rows metrics.csv kept: the CSV is flushed line by line, so it is the
+  // record that survives a crash.
+  h5_ = std::make_unique<io::MetricsFile>((fs::path(dir_) / "metrics.h5").string(), h5_groups());
+  std::map<std::string, std::vector<double>> values;
+  for (const auto& line : kept) {
+    const MetricsRow r = parse_row(line);
+    const auto v = h5_values(r);
+    values[r.kind].insert(values[r.kind].end(), v.begin(), v.end());
+  }
+  for (const auto& [kind, v] : values) h5_->append(kind, v);
 }
+
+RunOutput::~RunOutput() = default;
 
 void RunOutput::log(const std::string& line) {
   if (!writer_) return;
@@ -65,6 +130,7 @@ void RunOutput::metrics(const MetricsRow& r) {
                       opt(r.t_backward), opt(r.t_allreduce), opt(r.t_optimizer), opt(r.t_tensor),
                       opt(r.t_pipeline));
   csv_.flush();
+  h5_->append(r.kind, h5_values(r));
 }
 
 void RunOutput::summary(const nlohmann::json& j) {

@@ -1,9 +1,11 @@
 #pragma once
 // What a run writes into run.output_dir (DESIGN.md "Command line"): log.txt (what rank 0
-// printed), metrics.csv (one row per logged step and per evaluation) and summary.json.
+// printed), metrics.csv (one row per logged step and per evaluation), the same rows in
+// metrics.h5 (one dataset per column under /train and /eval, docs/analysis.md) and summary.json.
 // Only rank 0 writes; every method is a no-op elsewhere, so callers need no rank checks.
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -11,7 +13,11 @@
 
 namespace tessera {
 
-/// One row of metrics.csv.
+namespace io {
+class MetricsFile;
+}
+
+/// One row of metrics.csv and metrics.h5.
 struct MetricsRow {
   std::string kind;  ///< "train" or "eval"
   std::int64_t step = 0;
@@ -26,12 +32,15 @@ struct MetricsRow {
 class RunOutput {
  public:
   /// \param writer true on the one rank that writes (world rank 0).
-  /// \param resume_step when continuing a run: metrics.csv keeps its rows up to this step and
-  ///        log.txt is appended to; otherwise both start empty.
+  /// \param resume_step when continuing a run: metrics.csv keeps its rows up to this step,
+  ///        metrics.h5 is rebuilt from them, and log.txt is appended to; otherwise all three
+  ///        start empty.
   RunOutput(bool writer, const std::string& dir, std::optional<std::int64_t> resume_step);
+  ~RunOutput();
 
   /// Prints a line on stdout and appends it to log.txt.
   void log(const std::string& line);
+  /// Appends a row to metrics.csv and metrics.h5 and flushes both.
   void metrics(const MetricsRow& row);
   /// Writes summary.json atomically (temporary file, then rename).
   void summary(const nlohmann::json& j);
@@ -40,6 +49,7 @@ class RunOutput {
   bool writer_;
   std::string dir_;
   std::ofstream log_, csv_;
+  std::unique_ptr<io::MetricsFile> h5_;
 };
 
 /// \brief Seconds as "1h02m", "3m05s" or "42s" for ETA lines.

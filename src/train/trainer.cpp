@@ -425,10 +425,12 @@ void Trainer::log_progress(double lr, double loss, double grad_norm) {
   const double eta = step_time * static_cast<double>(total_steps() - state_.step);
   const double epoch = static_cast<double>(state_.epoch) +
                        static_cast<double>(state_.batch_in_epoch) / static_cast<double>(sampler_->batches_per_epoch());
-  out_->log(fmt::format("step {:>{}}/{} epoch {:.2f} loss {:.4f} lr {:.4g} grad_norm {:.4f} "
+  // One plain line per log, never a carriage return: log.txt and batch job output stay readable.
+  const double percent = 100.0 * static_cast<double>(state_.step) / static_cast<double>(total_steps());
+  out_->log(fmt::format("step {:>{}}/{} ({:.1f}%) epoch {:.2f} loss {:.4f} lr {:.4g} grad_norm {:.4f} "
                         "samples/s {:.0f} eta {}",
-                        state_.step, fmt::formatted_size("{}", total_steps()), total_steps(), epoch,
-                        loss, lr, grad_norm, rate, format_duration(eta)));
+                        state_.step, fmt::formatted_size("{}", total_steps()), total_steps(), percent,
+                        epoch, loss, lr, grad_norm, rate, format_duration(eta)));
   MetricsRow row;
   row.kind = "train";
   row.step = state_.step;

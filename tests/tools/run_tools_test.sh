@@ -58,6 +58,36 @@ step_plot_metrics() {
   "$TOOLS_PYTHON" "$tools/plot_metrics.py" "$run" "$run/" --out "$WORK_DIR/metrics2.png"
   check_png "$WORK_DIR/metrics2.png"
 
+  # metrics.h5 by name, and next to the run's metrics.csv.
+  "$TOOLS_PYTHON" "$tools/plot_metrics.py" "$run/metrics.h5" --out "$WORK_DIR/metrics_h5.png"
+  check_png "$WORK_DIR/metrics_h5.png"
+  "$TOOLS_PYTHON" "$tools/plot_metrics.py" "$run/metrics.csv" "$run/metrics.h5" \
+    --out "$WORK_DIR/metrics_both.png"
+  check_png "$WORK_DIR/metrics_both.png"
+  # metrics.h5 holds metrics.csv's rows, column by column (h5py, as a user would read it).
+  "$TOOLS_PYTHON" - "$run" <<'PY' || fail "metrics.h5 and metrics.csv disagree"
+import csv, math, sys
+import h5py
+run = sys.argv[1]
+with open(f"{run}/metrics.csv", newline="") as f:
+    rows = list(csv.DictReader(f))
+with h5py.File(f"{run}/metrics.h5", "r") as h5:
+    assert h5.attrs["format"] == "tessera-metrics", dict(h5.attrs)
+    for kind in ("train", "eval"):
+        mine = [r for r in rows if r["kind"] == kind]
+        group = h5[kind]
+        assert len(mine) > 0, kind
+        for name, ds in group.items():
+            assert ds.shape == (len(mine),), (kind, name, ds.shape, len(mine))
+            for r, v in zip(mine, ds[()]):
+                cell = r[name]
+                if cell == "":
+                    assert math.isnan(v), (kind, name, r["step"], v)
+                else:
+                    assert math.isclose(float(cell), float(v), rel_tol=1e-8, abs_tol=1e-3 if name == "wall_s" else 0.0), (kind, name, r["step"], cell, v)
+        print(f"ok: /{kind}: {len(mine)} rows x {len(group)} columns equal metrics.csv")
+PY
+
   # A missing directory: exit 2, one error line.
   expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_metrics.py" "$WORK_DIR/no_such_run" \
     --out "$WORK_DIR/x.png"
@@ -86,6 +116,17 @@ step_plot_checkpoints() {
   grep -Eq '^layers\.0\.weight +10 ' "$WORK_DIR/table2.txt" || fail "no row for step 10"
   expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" "$WORK_DIR/no_such_run" \
     --out "$WORK_DIR/x.png"
+
+  # --parallel on 2 ranks reads through MPI-IO (python3-h5py-mpi, python3-mpi4py from
+  # tools/setup.sh) and prints the serial run's table; on one process it says what it needs.
+  "$MPIEXEC" -n 2 --oversubscribe --bind-to none "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" \
+    "$run" --out "$WORK_DIR/checkpoints_mpi.png" --parallel | tee "$WORK_DIR/table_mpi.txt"
+  check_png "$WORK_DIR/checkpoints_mpi.png"
+  grep -q 'read on 2 ranks through MPI-IO' "$WORK_DIR/table_mpi.txt" || fail "not read through MPI-IO"
+  diff <(grep -v '^plot_checkpoints:' "$WORK_DIR/table.txt") \
+    <(grep -v '^plot_checkpoints:' "$WORK_DIR/table_mpi.txt") || fail "the 2-rank table differs"
+  expect_exit 2 "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" "$run" --out "$WORK_DIR/x.png" --parallel
+  grep -q 'needs several ranks' "$WORK_DIR/last.txt" || fail "--parallel alone does not say why"
 }
 
 step_compare_checkpoints() {

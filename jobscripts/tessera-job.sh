@@ -1,0 +1,87 @@
+# Shared by the job scripts in jobscripts/ (sourced, not submitted): validate the deck, start the
+# ranks, pass Slurm's warning signal on to them, and requeue the job when they stopped with a
+# checkpoint (exit code 4). See docs/slurm.md.
+#
+#   source jobscripts/tessera-job.sh     # installs the USR1 trap at once
+#   tessera_check DECK [tessera check args...]
+#   tessera_run LAUNCHER... -- tessera train DECK --resume auto [args...]
+#
+# Environment: TESSERA (the binary, default build/tessera), TESSERA_REQUEUE (1: requeue on exit
+# code 4, the default; 0: just exit 4, as a link of a chain of dependent jobs does),
+# TESSERA_CHECK_LAUNCHER (empty: `tessera check` runs as one plain process on the batch node;
+# "srun -n 1" where the MPI cannot start a process that srun did not launch).
+# shellcheck shell=bash
+
+TESSERA=${TESSERA:-build/tessera}
+TESSERA_REQUEUE=${TESSERA_REQUEUE:-1}
+
+tessera_job_step_pid=
+tessera_job_warned=0
+
+# Slurm's warning (--signal=B:USR1@SECONDS) goes to this batch shell only; the ranks get it from
+# here. Before the ranks exist there is nothing to forward; tessera_run then declines to start.
+tessera_job_forward_signal() {
+  tessera_job_warned=1
+  if [[ -n $tessera_job_step_pid ]]; then
+    echo "tessera-job: $(date +%T) warning signal: the ranks checkpoint and stop after this step"
+    kill -USR1 "$tessera_job_step_pid" 2>/dev/null || true
+  fi
+}
+trap tessera_job_forward_signal USR1
+
+# Prints a line with the job's identity: which link of the run this is.
+tessera_job_banner() {
+  echo "tessera-job: $(date -Is) job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NUM_NODES:-?} node(s)" \
+    "(${SLURM_JOB_NODELIST:-?}), ${SLURM_NTASKS:-?} task(s), restart ${SLURM_RESTART_COUNT:-0}"
+}
+
+# Validates the deck for the job's rank count before the expensive part: a bad deck fails here in
+# seconds, on one process, with one `tessera: error:` line. Prints the resolved deck and sets
+# TESSERA_OUTPUT_DIR to its run.output_dir.
+tessera_check() {
+  local resolved
+  local launcher=()
+  read -r -a launcher <<<"${TESSERA_CHECK_LAUNCHER:-}"
+  resolved=$("${launcher[@]}" "$TESSERA" check "$@" --ranks "${SLURM_NTASKS:?not inside a Slurm job}")
+  echo "$resolved"
+  TESSERA_OUTPUT_DIR=$(sed -n 's/^output_dir = "\(.*\)"$/\1/p' <<<"$resolved")
+}
+
+# True when the run in TESSERA_OUTPUT_DIR has finished (its summary.json says "completed").
+tessera_run_completed() {
+  grep -qs '"status": "completed"' "${TESSERA_OUTPUT_DIR:?call tessera_check first}/summary.json"
+}
+
+# Runs LAUNCHER... (srun or mpirun and their options) with the command after `--` in the
+# background, forwards the warning signal, waits, and on exit code 4 requeues the job
+# (TESSERA_REQUEUE=1). Returns the ranks' exit code.
+tessera_run() {
+  local launcher=()
+  while (($#)) && [[ $1 != -- ]]; do
+    launcher+=("$1")
+    shift
+  done
+  shift  # the --
+  if ((tessera_job_warned)); then
+    echo "tessera-job: the warning signal came before the ranks started: is --time shorter than" \
+      "the --signal offset? Not starting." >&2
+    return 1
+  fi
+  "${launcher[@]}" "$@" &
+  tessera_job_step_pid=$!
+  local status
+  while :; do
+    status=0
+    wait "$tessera_job_step_pid" || status=$?
+    # A trapped signal interrupts `wait` (status > 128) while the ranks go on: wait again.
+    ((status > 128)) && kill -0 "$tessera_job_step_pid" 2>/dev/null && continue
+    break
+  done
+  tessera_job_step_pid=
+  echo "tessera-job: $(date +%T) the ranks exited with code $status"
+  if ((status == 4)) && ((TESSERA_REQUEUE)); then
+    echo "tessera-job: stopped with a checkpoint before the time limit; requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+  fi
+  return "$status"
+}
