@@ -216,22 +216,12 @@ const ParamInfo& ParamStore<T>::at(std::size_t i) const {
 }
 
 template <class T>
-T* ParamStore<T>::value_ptr(std::size_t i) const {
+T* ParamStore<T>::locate(const std::vector<T*>& bases, std::size_t i, const char* what) const {
   const ParamInfo& info = at(i);
-  T* base = value_base_[info.bucket];
+  T* base = bases[info.bucket];
   if (base == nullptr)
-    throw std::logic_error(fmt::format("tessera::ParamStore: values of '{}' requested while its "
-                                       "bucket is not gathered", info.name));
-  return base + (info.offset - buckets_[info.bucket].offset);
-}
-
-template <class T>
-T* ParamStore<T>::grad_ptr(std::size_t i) const {
-  const ParamInfo& info = at(i);
-  T* base = grad_base_[info.bucket];
-  if (base == nullptr)
-    throw std::logic_error(fmt::format("tessera::ParamStore: gradient of '{}' requested while its "
-                                       "bucket has no gradient buffer", info.name));
+    throw std::logic_error(fmt::format("tessera::ParamStore: {} of '{}' requested while its bucket "
+                                       "has none attached", what, info.name));
   return base + (info.offset - buckets_[info.bucket].offset);
 }
 

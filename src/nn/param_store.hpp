@@ -136,8 +136,9 @@ class ParamStore {
 
  private:
   const ParamInfo& at(std::size_t i) const;
-  T* value_ptr(std::size_t i) const;
-  T* grad_ptr(std::size_t i) const;
+  T* value_ptr(std::size_t i) const { return locate(value_base_, i, "values"); }
+  T* grad_ptr(std::size_t i) const { return locate(grad_base_, i, "gradient"); }
+  T* locate(const std::vector<T*>& bases, std::size_t i, const char* what) const;
   MatrixU<T> matrix(T* data, std::size_t i) const;
 
   std::vector<ParamInfo> infos_;

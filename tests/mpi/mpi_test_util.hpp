@@ -17,6 +17,12 @@ inline int world_rank() {
   return rank;
 }
 
+inline int world_size() {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
 /// Asserts that f throws an InputError on this rank containing every one of parts.
 inline void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
   try {

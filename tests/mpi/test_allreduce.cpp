@@ -11,17 +11,14 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "mpi_test_util.hpp"
 
 namespace tessera {
 namespace {
 
-constexpr std::uint64_t kSeed = 0x5eed;
+using tessera::test::world_size;
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+constexpr std::uint64_t kSeed = 0x5eed;
 
 /// A value in [-1, 1) from (rank, index), splitmix64.
 double value(int rank, std::size_t i) {

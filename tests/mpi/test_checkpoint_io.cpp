@@ -27,11 +27,7 @@ using tessera::test::world_rank;
 
 namespace {
 
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using tessera::test::world_size;
 
 // A directory unique to this run, the same on every rank. Collective.
 std::string run_dir() {

@@ -19,11 +19,7 @@
 namespace tessera {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using tessera::test::world_size;
 
 /// The same integer on every rank of comm.
 bool same_everywhere(int v, MPI_Comm comm = MPI_COMM_WORLD) {

@@ -5,17 +5,14 @@
 #include <numeric>
 
 #include "comm/agree.hpp"
+#include "mpi_test_util.hpp"
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
 
 namespace tessera {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using tessera::test::world_size;
 
 TEST(Communicator, GridFollowsTheRankFormula) {
   const int n = world_size();
