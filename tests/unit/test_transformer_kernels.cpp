@@ -1,0 +1,186 @@
+// Kernels of the GPT-style transformer: LayerNorm.
+// Forwards against naive host references in plain loops (float and double), backwards against
+// central finite differences in double precision.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "kernels/layernorm.hpp"
+
+namespace {
+
+using namespace tessera;
+using tessera::test::random_vector;
+using tessera::test::to_device;
+using tessera::test::to_host;
+using tessera::test::tolerance;
+
+template <class T>
+class TransformerKernelTest : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(TransformerKernelTest, Scalars);
+
+// --- Finite differences (as test_gradcheck.cpp) ----------------------------------------------
+
+constexpr double fd_eps = 1e-6;
+constexpr double max_error = 1e-6;
+
+using Flat = VectorU<double>;
+
+double get(const Flat& v, std::size_t i) {
+  double x = 0;
+  Kokkos::deep_copy(x, Kokkos::subview(v, i));
+  return x;
+}
+void set(const Flat& v, std::size_t i, double x) { Kokkos::deep_copy(Kokkos::subview(v, i), x); }
+
+/// Central difference of loss() in element i of v, restoring it afterwards.
+double finite_difference(const Flat& v, std::size_t i, const std::function<double()>& loss) {
+  const double x = get(v, i);
+  set(v, i, x + fd_eps);
+  const double up = loss();
+  set(v, i, x - fd_eps);
+  const double down = loss();
+  set(v, i, x);
+  return (up - down) / (2 * fd_eps);
+}
+
+/// Compares every element of `analytic` with finite differences of loss() through `v`; the
+/// error is relative to max(1, |analytic|).
+void expect_gradient(const char* what, const Flat& v, const std::vector<double>& analytic,
+                     const std::function<double()>& loss) {
+  ASSERT_EQ(v.extent(0), analytic.size()) << what;
+  double worst = 0;
+  for (std::size_t i = 0; i < analytic.size(); ++i) {
+    const double fd = finite_difference(v, i, loss);
+    const double err = std::abs(fd - analytic[i]) / std::max(1.0, std::abs(analytic[i]));
+    worst = std::max(worst, err);
+    EXPECT_LT(err, max_error) << what << "[" << i << "]: analytic " << analytic[i] << ", fd " << fd;
+  }
+  ::testing::Test::RecordProperty(what, std::to_string(worst));
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+/// Row-major host copy of a rank-4 view.
+template <class View>
+std::vector<typename View::non_const_value_type> to_host4(const View& d) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
+  std::vector<typename View::non_const_value_type> out;
+  for (std::size_t a = 0; a < h.extent(0); ++a)
+    for (std::size_t b = 0; b < h.extent(1); ++b)
+      for (std::size_t c = 0; c < h.extent(2); ++c)
+        for (std::size_t e = 0; e < h.extent(3); ++e) out.push_back(h(a, b, c, e));
+  return out;
+}
+
+// Shapes of every test: B=2, T=5, C=8, heads=2 (hd=4), a byte-sized toy vocabulary of 11.
+constexpr int batch = 2, seq = 5, channels = 8, heads = 2, head_dim = channels / heads;
+constexpr int rows = batch * seq, vocab = 11, max_seq = 7;
+
+// --- LayerNorm -------------------------------------------------------------------------------
+
+/// Naive LayerNorm of one row-major (rows, C) matrix in double: y, mean, rstd.
+struct LayerNormRef {
+  std::vector<double> y, mean, rstd;
+};
+template <class T>
+LayerNormRef layernorm_ref(const std::vector<T>& x, const std::vector<T>& w, const std::vector<T>& b,
+                           int nrows, int cols, double eps) {
+  LayerNormRef r;
+  for (int i = 0; i < nrows; ++i) {
+    double m = 0;
+    for (int c = 0; c < cols; ++c) m += x[i * cols + c];
+    m /= cols;
+    double v = 0;
+    for (int c = 0; c < cols; ++c) v += (x[i * cols + c] - m) * (x[i * cols + c] - m);
+    v /= cols;
+    const double s = 1 / std::sqrt(v + eps);
+    r.mean.push_back(m);
+    r.rstd.push_back(s);
+    for (int c = 0; c < cols; ++c) r.y.push_back((x[i * cols + c] - m) * s * w[c] + b[c]);
+  }
+  return r;
+}
+
+TYPED_TEST(TransformerKernelTest, LayerNormForwardMatchesReference) {
+  using T = TypeParam;
+  const ExecSpace exec;
+  const auto x = random_vector<T>(rows * channels, 1, -2, 3);
+  const auto w = random_vector<T>(channels, 2), b = random_vector<T>(channels, 3);
+  const Matrix<T> d_x = to_device(x, rows, channels);
+  Matrix<T> d_y("y", rows, channels);
+  Vector<T> d_mean("mean", rows), d_rstd("rstd", rows);
+  kernels::layernorm_forward(exec, d_x, to_device(w), to_device(b), d_y, d_mean, d_rstd);
+  const LayerNormRef ref = layernorm_ref(x, w, b, rows, channels, 1e-5);
+  const auto y = to_host(d_y), mean = to_host(d_mean), rstd = to_host(d_rstd);
+  for (int i = 0; i < rows * channels; ++i) EXPECT_NEAR(y[i], ref.y[i], 50 * tolerance<T>()) << i;
+  for (int i = 0; i < rows; ++i) {
+    EXPECT_NEAR(mean[i], ref.mean[i], 10 * tolerance<T>()) << i;
+    EXPECT_NEAR(rstd[i], ref.rstd[i], 50 * tolerance<T>() * ref.rstd[i]) << i;
+  }
+
+  // Unit weight, zero bias: every row has mean 0 and variance 1 (up to eps / var).
+  const Vector<T> ones = to_device(std::vector<T>(channels, T(1)));
+  const Vector<T> zeros = to_device(std::vector<T>(channels, T(0)));
+  kernels::layernorm_forward(exec, d_x, ones, zeros, d_y, d_mean, d_rstd);
+  const auto n = to_host(d_y);
+  for (int i = 0; i < rows; ++i) {
+    double m = 0, v = 0;
+    for (int c = 0; c < channels; ++c) m += n[i * channels + c];
+    m /= channels;
+    for (int c = 0; c < channels; ++c) v += (n[i * channels + c] - m) * (n[i * channels + c] - m);
+    v /= channels;
+    EXPECT_NEAR(m, 0.0, 50 * tolerance<T>()) << i;
+    EXPECT_NEAR(v, 1.0, 1e-3) << i;
+  }
+
+  // In place: y aliases x.
+  kernels::layernorm_forward(exec, d_x, to_device(w), to_device(b), d_x, d_mean, d_rstd);
+  kernels::layernorm_forward(exec, to_device(x, rows, channels), to_device(w), to_device(b), d_y,
+                             d_mean, d_rstd);
+  EXPECT_EQ(to_host(d_x), to_host(d_y));
+}
+
+TEST(TransformerGradCheck, LayerNorm) {
+  const ExecSpace exec;
+  Matrix<double> x = to_device(random_vector<double>(rows * channels, 4, -2, 2), rows, channels);
+  Vector<double> w = to_device(random_vector<double>(channels, 5, 0.5, 1.5));
+  Vector<double> b = to_device(random_vector<double>(channels, 6));
+  const auto r = random_vector<double>(rows * channels, 7);  // L = sum(y * r), so dy = r
+  Matrix<double> y("y", rows, channels), dx("dx", rows, channels);
+  Vector<double> mean("mean", rows), rstd("rstd", rows), dw("dw", channels), db("db", channels);
+  auto loss = [&] {
+    kernels::layernorm_forward(exec, x, w, b, y, mean, rstd);
+    return dot(to_host(y), r);
+  };
+  loss();
+  const Matrix<double> dy = to_device(r, rows, channels);
+  kernels::layernorm_backward(exec, x, w, mean, rstd, dy, dx, dw, db);
+  const auto h_dx = to_host(dx), h_dw = to_host(dw), h_db = to_host(db);
+  expect_gradient("layernorm dx", flat(x), h_dx, loss);
+  expect_gradient("layernorm dweight", w, h_dw, loss);
+  expect_gradient("layernorm dbias", b, h_db, loss);
+
+  // A second backward doubles dweight and dbias and overwrites dx; dx may alias dy.
+  loss();
+  kernels::layernorm_backward(exec, x, w, mean, rstd, dy, dy, dw, db);
+  EXPECT_EQ(to_host(dy), h_dx);
+  const auto dw2 = to_host(dw), db2 = to_host(db);
+  for (int c = 0; c < channels; ++c) {
+    EXPECT_DOUBLE_EQ(dw2[c], 2 * h_dw[c]);
+    EXPECT_DOUBLE_EQ(db2[c], 2 * h_db[c]);
+  }
+}
+
+}  // namespace
