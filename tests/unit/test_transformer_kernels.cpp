@@ -1,4 +1,4 @@
-// Kernels of the GPT-style transformer: LayerNorm.
+// Kernels of the GPT-style transformer: LayerNorm, causal multi-head self-attention.
 // Forwards against naive host references in plain loops (float and double), backwards against
 // central finite differences in double precision.
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/layernorm.hpp"
 
 namespace {
@@ -181,6 +182,146 @@ TEST(TransformerGradCheck, LayerNorm) {
     EXPECT_DOUBLE_EQ(dw2[c], 2 * h_dw[c]);
     EXPECT_DOUBLE_EQ(db2[c], 2 * h_db[c]);
   }
+}
+
+// --- Attention -------------------------------------------------------------------------------
+
+/// Naive causal attention in double: out (B*T, C) and P (B, heads, T, T).
+template <class T>
+void attention_ref(const std::vector<T>& qkv, std::vector<double>& out, std::vector<double>& att) {
+  const int c3 = 3 * channels;
+  out.assign(rows * channels, 0.0);
+  att.assign(batch * heads * seq * seq, 0.0);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < seq; ++i) {
+        std::vector<double> s(seq, 0.0);
+        double mx = -1e300;
+        for (int j = 0; j <= i; ++j) {
+          for (int d = 0; d < head_dim; ++d)
+            s[j] += double(qkv[(b * seq + i) * c3 + h * head_dim + d]) *
+                    double(qkv[(b * seq + j) * c3 + channels + h * head_dim + d]);
+          s[j] /= std::sqrt(double(head_dim));
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - mx);
+        for (int j = 0; j <= i; ++j) {
+          const double p = std::exp(s[j] - mx) / sum;
+          att[((b * heads + h) * seq + i) * seq + j] = p;
+          for (int d = 0; d < head_dim; ++d)
+            out[(b * seq + i) * channels + h * head_dim + d] +=
+                p * double(qkv[(b * seq + j) * c3 + 2 * channels + h * head_dim + d]);
+        }
+      }
+}
+
+TYPED_TEST(TransformerKernelTest, AttentionForwardMatchesReference) {
+  using T = TypeParam;
+  const ExecSpace exec;
+  const auto qkv = random_vector<T>(rows * 3 * channels, 8, -2, 2);
+  Matrix<T> d_out("out", rows, channels);
+  kernels::AttentionView<T> d_att("att", batch, heads, seq, seq);
+  kernels::attention_forward(exec, to_device(qkv, rows, 3 * channels), d_out, d_att);
+  std::vector<double> out, att;
+  attention_ref(qkv, out, att);
+  const auto h_out = to_host(d_out);
+  const auto h_att = to_host4(d_att);
+  for (std::size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(h_out[i], out[i], 20 * tolerance<T>()) << i;
+  for (std::size_t i = 0; i < att.size(); ++i) EXPECT_NEAR(h_att[i], att[i], 20 * tolerance<T>()) << i;
+  // Rows of P sum to 1 and are exactly 0 above the diagonal.
+  for (int r = 0; r < batch * heads * seq; ++r) {
+    const int i = r % seq;
+    double sum = 0;
+    for (int j = 0; j < seq; ++j) {
+      sum += h_att[r * seq + j];
+      if (j > i) {
+        EXPECT_EQ(h_att[r * seq + j], T(0)) << r << "," << j;
+      }
+    }
+    EXPECT_NEAR(sum, 1.0, 10 * tolerance<T>()) << r;
+  }
+}
+
+TEST(TransformerKernels, AttentionIsCausal) {
+  const ExecSpace exec;
+  const auto qkv = random_vector<double>(rows * 3 * channels, 9, -2, 2);
+  Matrix<double> out("out", rows, channels);
+  kernels::AttentionView<double> att("att", batch, heads, seq, seq);
+  kernels::attention_forward(exec, to_device(qkv, rows, 3 * channels), out, att);
+  const auto before = to_host(out);
+  for (int i0 = 0; i0 < seq - 1; ++i0) {
+    // Change q, k and v of every position after i0 in batch 0.
+    auto changed = qkv;
+    const auto noise = random_vector<double>(rows * 3 * channels, 100 + unsigned(i0), -2, 2);
+    for (int t = i0 + 1; t < seq; ++t)
+      for (int c = 0; c < 3 * channels; ++c) changed[t * 3 * channels + c] = noise[t * 3 * channels + c];
+    kernels::attention_forward(exec, to_device(changed, rows, 3 * channels), out, att);
+    const auto after = to_host(out);
+    for (int t = 0; t < seq; ++t)
+      for (int c = 0; c < channels; ++c) {
+        const std::size_t k = std::size_t(t * channels + c);
+        if (t <= i0) {
+          EXPECT_EQ(after[k], before[k]) << "i0 " << i0 << " t " << t << " c " << c;
+        } else {
+          EXPECT_NE(after[k], before[k]) << "i0 " << i0 << " t " << t << " c " << c;
+        }
+      }
+    // Batch 1 is untouched.
+    for (std::size_t k = seq * channels; k < before.size(); ++k) EXPECT_EQ(after[k], before[k]) << k;
+  }
+}
+
+TEST(TransformerKernels, AttentionRejectsBadShapes) {
+  const ExecSpace exec;
+  Matrix<double> qkv("qkv", rows, 3 * channels), out("out", rows, channels);
+  kernels::AttentionView<double> att3("att", batch, 3, seq, seq);  // 8 channels, 3 heads
+  EXPECT_THROW(kernels::attention_forward(exec, qkv, out, att3), std::invalid_argument);
+  Matrix<double> qkv_short("qkv", rows, 2 * channels);
+  kernels::AttentionView<double> att("att", batch, heads, seq, seq);
+  EXPECT_THROW(kernels::attention_forward(exec, qkv_short, out, att), std::invalid_argument);
+}
+
+TEST(TransformerGradCheck, Attention) {
+  const ExecSpace exec;
+  Matrix<double> qkv = to_device(random_vector<double>(rows * 3 * channels, 10, -1.5, 1.5), rows,
+                                 3 * channels);
+  const auto r = random_vector<double>(rows * channels, 11);  // L = sum(out * r), so dout = r
+  Matrix<double> out("out", rows, channels), dqkv("dqkv", rows, 3 * channels);
+  kernels::AttentionView<double> att("att", batch, heads, seq, seq), ds("ds", batch, heads, seq, seq);
+  auto loss = [&] {
+    kernels::attention_forward(exec, qkv, out, att);
+    return dot(to_host(out), r);
+  };
+  loss();
+  Kokkos::deep_copy(dqkv, 7.0);  // overwritten, not accumulated
+  kernels::attention_backward(exec, qkv, att, to_device(r, rows, channels), dqkv, ds);
+  expect_gradient("attention dqkv", flat(qkv), to_host(dqkv), loss);
+}
+
+// --- A whole block's worth, chained: LayerNorm -> attention, in double ------------------------
+
+TEST(TransformerGradCheck, LayerNormThenAttentionOnFusedInput) {
+  // LayerNorm over (B*T, 3C) rows feeding attention as qkv: checks the two backwards compose.
+  const ExecSpace exec;
+  const int c3 = 3 * channels;
+  Matrix<double> x = to_device(random_vector<double>(rows * c3, 20, -2, 2), rows, c3);
+  Vector<double> w = to_device(random_vector<double>(c3, 21, 0.5, 1.5));
+  Vector<double> b = to_device(random_vector<double>(c3, 22));
+  const auto r = random_vector<double>(rows * channels, 23);
+  Matrix<double> y("y", rows, c3), out("out", rows, channels), dy("dy", rows, c3), dx("dx", rows, c3);
+  Vector<double> mean("mean", rows), rstd("rstd", rows), dw("dw", c3), db("db", c3);
+  kernels::AttentionView<double> att("att", batch, heads, seq, seq), ds("ds", batch, heads, seq, seq);
+  auto loss = [&] {
+    kernels::layernorm_forward(exec, x, w, b, y, mean, rstd);
+    kernels::attention_forward(exec, y, out, att);
+    return dot(to_host(out), r);
+  };
+  loss();
+  kernels::attention_backward(exec, y, att, to_device(r, rows, channels), dy, ds);
+  kernels::layernorm_backward(exec, x, w, mean, rstd, dy, dx, dw, db);
+  expect_gradient("ln+attention dx", flat(x), to_host(dx), loss);
+  expect_gradient("ln+attention dweight", w, to_host(dw), loss);
 }
 
 }  // namespace
