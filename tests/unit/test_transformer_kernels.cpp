@@ -1,6 +1,6 @@
-// Kernels of the GPT-style transformer: LayerNorm, causal multi-head self-attention.
-// Forwards against naive host references in plain loops (float and double), backwards against
-// central finite differences in double precision.
+// Kernels of the GPT-style transformer: LayerNorm, causal multi-head self-attention, token and
+// position embedding. Forwards against naive host references in plain loops (float and double),
+// backwards against central finite differences in double precision.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "kernel_test_util.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/embedding.hpp"
 #include "kernels/layernorm.hpp"
 
 namespace {
@@ -297,6 +298,68 @@ TEST(TransformerGradCheck, Attention) {
   Kokkos::deep_copy(dqkv, 7.0);  // overwritten, not accumulated
   kernels::attention_backward(exec, qkv, att, to_device(r, rows, channels), dqkv, ds);
   expect_gradient("attention dqkv", flat(qkv), to_host(dqkv), loss);
+}
+
+// --- Embedding -------------------------------------------------------------------------------
+
+/// Tokens with repeats and an unused vocabulary row (vocab - 1).
+std::vector<std::int32_t> test_tokens() {
+  return {3, 0, 3, 9, 1, /**/ 9, 9, 2, 0, 5};
+}
+
+TYPED_TEST(TransformerKernelTest, EmbeddingMatchesReference) {
+  using T = TypeParam;
+  const ExecSpace exec;
+  const auto tokens = test_tokens();
+  const auto wte = random_vector<T>(vocab * channels, 12), wpe = random_vector<T>(max_seq * channels, 13);
+  const auto dx = random_vector<T>(rows * channels, 14);
+  const Matrix<std::int32_t> d_tokens = to_device(tokens, batch, seq);
+  Matrix<T> d_x("x", rows, channels);
+  kernels::embedding_forward(exec, d_tokens, to_device(wte, vocab, channels),
+                             to_device(wpe, max_seq, channels), d_x);
+  const auto x = to_host(d_x);
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < seq; ++t)
+      for (int c = 0; c < channels; ++c)
+        EXPECT_EQ(x[(b * seq + t) * channels + c],
+                  T(wte[tokens[b * seq + t] * channels + c] + wpe[t * channels + c]));
+
+  // Backward accumulates onto what is there.
+  const auto wte0 = random_vector<T>(vocab * channels, 15), wpe0 = random_vector<T>(max_seq * channels, 16);
+  Matrix<T> d_dwte = to_device(wte0, vocab, channels), d_dwpe = to_device(wpe0, max_seq, channels);
+  kernels::embedding_backward(exec, d_tokens, to_device(dx, rows, channels), d_dwte, d_dwpe);
+  std::vector<double> dwte(wte0.begin(), wte0.end()), dwpe(wpe0.begin(), wpe0.end());
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < seq; ++t)
+      for (int c = 0; c < channels; ++c) {
+        dwte[tokens[b * seq + t] * channels + c] += dx[(b * seq + t) * channels + c];
+        dwpe[t * channels + c] += dx[(b * seq + t) * channels + c];
+      }
+  const auto h_dwte = to_host(d_dwte), h_dwpe = to_host(d_dwpe);
+  for (int i = 0; i < vocab * channels; ++i) EXPECT_NEAR(h_dwte[i], dwte[i], 10 * tolerance<T>()) << i;
+  for (int i = 0; i < max_seq * channels; ++i) EXPECT_NEAR(h_dwpe[i], dwpe[i], 10 * tolerance<T>()) << i;
+  // Unused vocabulary rows and positions >= T are untouched.
+  for (int c = 0; c < channels; ++c) {
+    EXPECT_EQ(h_dwte[(vocab - 1) * channels + c], wte0[(vocab - 1) * channels + c]);
+    EXPECT_EQ(h_dwpe[(max_seq - 1) * channels + c], wpe0[(max_seq - 1) * channels + c]);
+  }
+}
+
+TEST(TransformerGradCheck, Embedding) {
+  const ExecSpace exec;
+  const Matrix<std::int32_t> tokens = to_device(test_tokens(), batch, seq);
+  Matrix<double> wte = to_device(random_vector<double>(vocab * channels, 17), vocab, channels);
+  Matrix<double> wpe = to_device(random_vector<double>(max_seq * channels, 18), max_seq, channels);
+  const auto r = random_vector<double>(rows * channels, 19);  // L = sum(x * r), so dx = r
+  Matrix<double> x("x", rows, channels), dwte("dwte", vocab, channels), dwpe("dwpe", max_seq, channels);
+  auto loss = [&] {
+    kernels::embedding_forward(exec, tokens, wte, wpe, x);
+    const auto h = to_host(x);
+    return dot(h, r);
+  };
+  kernels::embedding_backward(exec, tokens, to_device(r, rows, channels), dwte, dwpe);
+  expect_gradient("embedding dwte", flat(wte), to_host(dwte), loss);
+  expect_gradient("embedding dwpe", flat(wpe), to_host(dwpe), loss);
 }
 
 // --- A whole block's worth, chained: LayerNorm -> attention, in double ------------------------
