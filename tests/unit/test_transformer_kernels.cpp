@@ -387,4 +387,53 @@ TEST(TransformerGradCheck, LayerNormThenAttentionOnFusedInput) {
   expect_gradient("ln+attention dweight", w, to_host(dw), loss);
 }
 
+// --- Float backwards: the same gradients as in double, to float accuracy ---------------------
+
+/// Every backward run in T on data rounded to float; returns dx, dweight, dbias of LayerNorm,
+/// dqkv of attention, dwte and dwpe of the embedding, concatenated.
+template <class T>
+std::vector<double> all_backwards() {
+  const ExecSpace exec;
+  auto as_t = [](const std::vector<float>& v) { return std::vector<T>(v.begin(), v.end()); };
+  const auto x = as_t(random_vector<float>(rows * channels, 30, -2, 2));
+  const auto w = as_t(random_vector<float>(channels, 31, 0.5, 1.5));
+  const auto b = as_t(random_vector<float>(channels, 32));
+  const auto dy = as_t(random_vector<float>(rows * channels, 33));
+  const auto qkv = as_t(random_vector<float>(rows * 3 * channels, 34, -1.5, 1.5));
+  std::vector<double> all;
+  auto append = [&all](const std::vector<T>& v) { all.insert(all.end(), v.begin(), v.end()); };
+
+  // LayerNorm.
+  const Matrix<T> d_x = to_device(x, rows, channels), d_dy = to_device(dy, rows, channels);
+  const Vector<T> d_w = to_device(w), d_b = to_device(b);
+  Matrix<T> y("y", rows, channels), dx("dx", rows, channels);
+  Vector<T> mean("mean", rows), rstd("rstd", rows), dw("dw", channels), db("db", channels);
+  kernels::layernorm_forward(exec, d_x, d_w, d_b, y, mean, rstd);
+  kernels::layernorm_backward(exec, d_x, d_w, mean, rstd, d_dy, dx, dw, db);
+  append(to_host(dx));
+  append(to_host(dw));
+  append(to_host(db));
+
+  // Attention.
+  const Matrix<T> d_qkv = to_device(qkv, rows, 3 * channels);
+  Matrix<T> out("out", rows, channels), dqkv("dqkv", rows, 3 * channels);
+  kernels::AttentionView<T> att("att", batch, heads, seq, seq), ds("ds", batch, heads, seq, seq);
+  kernels::attention_forward(exec, d_qkv, out, att);
+  kernels::attention_backward(exec, d_qkv, att, d_dy, dqkv, ds);
+  append(to_host(dqkv));
+
+  // Embedding.
+  Matrix<T> dwte("dwte", vocab, channels), dwpe("dwpe", max_seq, channels);
+  kernels::embedding_backward(exec, to_device(test_tokens(), batch, seq), d_dy, dwte, dwpe);
+  append(to_host(dwte));
+  append(to_host(dwpe));
+  return all;
+}
+
+TEST(TransformerKernels, FloatBackwardsMatchDouble) {
+  const auto f = all_backwards<float>(), d = all_backwards<double>();
+  ASSERT_EQ(f.size(), d.size());
+  for (std::size_t i = 0; i < f.size(); ++i) EXPECT_NEAR(f[i], d[i], 1e-4 * (1 + std::abs(d[i]))) << i;
+}
+
 }  // namespace
