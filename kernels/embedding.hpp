@@ -1,0 +1,71 @@
+#pragma once
+// Token plus position embedding of a GPT input, and its gradients.
+//   x[b*T + t, c] = wte[token[b, t], c] + wpe[t, c]
+// tokens (B, T) integer in [0, V), wte (V, C), wpe (maxT, C) with maxT >= T, x (B*T, C).
+// Nothing is saved for backward beyond the tokens themselves.
+// Backward, accumulated (+=, for micro-batches), deterministic and without atomics:
+//   dwpe[t, c] += sum_b dx[b*T + t, c]                     one thread per (t, c)
+//   dwte[v, c] += sum_{(b,t): token[b,t] = v} dx[b*T+t, c]  one thread per (v, c), scanning all
+//                                                          B*T tokens (fine for a byte vocabulary)
+// Tokens are trusted: validate them when the data is read.
+#include <stdexcept>
+
+#include "kernels/views.hpp"
+
+namespace tessera::kernels {
+
+/// \brief x = wte[tokens] + wpe[position].
+/// tokens (B,T), wte (V,C), wpe (maxT,C) with maxT >= T, x (B*T,C) (overwritten).
+template <class TokView, class WteView, class WpeView, class XView>
+void embedding_forward(const ExecSpace& exec, const TokView& tokens, const WteView& wte,
+                       const WpeView& wpe, const XView& x) {
+  const Index seq = Index(tokens.extent(1));
+  if (Index(wpe.extent(0)) < seq || Index(x.extent(0)) != Index(tokens.extent(0)) * seq ||
+      x.extent(1) != wte.extent(1) || x.extent(1) != wpe.extent(1)) {
+    throw std::invalid_argument(
+        "tessera::embedding_forward: expected tokens (B,T), wte (V,C), wpe (>=T,C), x (B*T,C)");
+  }
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>;
+  Kokkos::parallel_for(
+      "tessera::embedding_forward", Policy(exec, {0, 0}, {Index(x.extent(0)), Index(x.extent(1))}),
+      KOKKOS_LAMBDA(const Index row, const Index c) {
+        const Index b = row / seq, t = row % seq;
+        x(row, c) = wte(Index(tokens(b, t)), c) + wpe(t, c);
+      });
+}
+
+/// \brief dwte and dwpe accumulate the gradient of embedding_forward.
+/// tokens (B,T), dx (B*T,C), dwte (V,C), dwpe (maxT,C) with maxT >= T (rows >= T untouched).
+template <class TokView, class DxView, class DwteView, class DwpeView>
+void embedding_backward(const ExecSpace& exec, const TokView& tokens, const DxView& dx,
+                        const DwteView& dwte, const DwpeView& dwpe) {
+  using T = typename DwteView::non_const_value_type;
+  const Index batch = Index(tokens.extent(0)), seq = Index(tokens.extent(1));
+  if (Index(dwpe.extent(0)) < seq || Index(dx.extent(0)) != batch * seq ||
+      dx.extent(1) != dwte.extent(1) || dx.extent(1) != dwpe.extent(1)) {
+    throw std::invalid_argument(
+        "tessera::embedding_backward: expected tokens (B,T), dx (B*T,C), dwte (V,C), dwpe (>=T,C)");
+  }
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>;
+  const Index cols = Index(dx.extent(1));
+  // Positions: sum over the batch.
+  Kokkos::parallel_for(
+      "tessera::embedding_backward::dwpe", Policy(exec, {0, 0}, {seq, cols}),
+      KOKKOS_LAMBDA(const Index t, const Index c) {
+        T sum = T(0);
+        for (Index b = 0; b < batch; ++b) sum += dx(b * seq + t, c);
+        dwpe(t, c) += sum;
+      });
+  // Tokens: each vocabulary row scans every position for its token.
+  Kokkos::parallel_for(
+      "tessera::embedding_backward::dwte", Policy(exec, {0, 0}, {Index(dwte.extent(0)), cols}),
+      KOKKOS_LAMBDA(const Index v, const Index c) {
+        T sum = T(0);
+        for (Index b = 0; b < batch; ++b)
+          for (Index t = 0; t < seq; ++t)
+            if (Index(tokens(b, t)) == v) sum += dx(b * seq + t, c);
+        dwte(v, c) += sum;
+      });
+}
+
+}  // namespace tessera::kernels
