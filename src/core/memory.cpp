@@ -65,8 +65,4 @@ std::size_t peak(Category c) {
   return static_cast<std::size_t>(std::max<std::int64_t>(0, g_peak.at(static_cast<std::size_t>(c)).load()));
 }
 
-void reset_peaks() {
-  for (std::size_t i = 0; i < kCount; ++i) g_peak[i].store(g_current[i].load());
-}
-
 }  // namespace tessera::mem

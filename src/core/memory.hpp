@@ -21,10 +21,8 @@ std::string label(Category c, std::string_view what);
 void install_tracking();
 bool tracking_installed();
 
-/// Bytes held now and the most held at once since the last reset_peaks().
+/// Bytes held now and the most held at once since the program started.
 std::size_t current(Category c);
 std::size_t peak(Category c);
-/// Sets every peak to the current value.
-void reset_peaks();
 
 }  // namespace tessera::mem

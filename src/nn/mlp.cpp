@@ -194,17 +194,6 @@ void Mlp<T>::backward(const ExecSpace& exec, const MatrixU<const T>& dlogits) {
   backward(exec, simple_slot_);
 }
 
-template <class T>
-std::size_t Mlp<T>::activation_bytes() const {
-  std::size_t n = 0;
-  for (const Slot& s : slots_) {
-    n += s.input.span() + s.dinput.span();
-    for (const auto* group : {&s.z, &s.a, &s.g})
-      for (const auto& m : *group) n += m.span();
-  }
-  return n * sizeof(T);
-}
-
 template class Mlp<float>;
 template class Mlp<double>;
 

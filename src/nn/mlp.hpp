@@ -58,7 +58,6 @@ class Mlp {
   void release(int slot);
   int live_slots() const { return live_; }
   int peak_slots() const { return peak_; }
-  void reset_peak_slots() { peak_ = live_; }
 
   MatrixU<T> input(int slot) const;        ///< (B, input_width): fill before forward
   MatrixU<T> output(int slot) const;       ///< (B, output_width): after forward (logits on the last stage)
@@ -84,8 +83,6 @@ class Mlp {
   int in_features() const { return layers_.front().in_features(); }
   int out_features() const { return layers_.back().out_features(); }
   const std::vector<Linear<T>>& layer_list() const { return layers_; }
-  /// Bytes of the activation buffers of every slot allocated so far.
-  std::size_t activation_bytes() const;
 
  private:
   struct Slot {

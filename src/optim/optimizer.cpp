@@ -20,18 +20,6 @@ std::string Optimizer::kind_name() const {
   return cfg_.kind == OptimizerKind::adamw ? "adamw" : "sgd";
 }
 
-std::size_t Optimizer::state_bytes() const {
-  std::size_t bytes = 0;
-  for (const auto& s : states_) bytes += s.size() * sizeof(float);
-  return bytes;
-}
-
-void Optimizer::step(const ExecSpace& exec, Vector<float> params, Vector<float> grads, double lr) {
-  begin_step();
-  update(exec, VectorU<float>(params.data(), params.size()), VectorU<float>(grads.data(), grads.size()),
-         lr, 0);
-}
-
 void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<float> grads,
                        double lr, std::size_t state_offset) {
   const std::size_t n = params.size();

@@ -14,9 +14,6 @@ class Optimizer {
   /// \param n elements of state per buffer: the flat parameter buffer, or a ZeRO shard of it.
   Optimizer(const OptimizerConfig& cfg, std::size_t n);
 
-  /// \brief One update of params from grads at learning rate lr; counts the step.
-  void step(const ExecSpace& exec, Vector<float> params, Vector<float> grads, double lr);
-
   /// \brief A step in pieces: begin_step() counts it (AdamW's bias correction uses the count),
   /// then update() for each piece; a piece's state is the state's elements from state_offset on.
   void begin_step() { ++steps_; }
@@ -31,8 +28,6 @@ class Optimizer {
   /// {"exp_avg", "exp_avg_sq"} for AdamW, none for plain SGD.
   const std::vector<std::string>& state_names() const { return names_; }
   Vector<float> state(std::size_t i) const { return states_[i]; }
-  /// Bytes of optimizer state on this rank.
-  std::size_t state_bytes() const;
 
  private:
   OptimizerConfig cfg_;

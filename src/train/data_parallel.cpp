@@ -94,13 +94,11 @@ void DataParallel::initialize(const ExecSpace& exec, std::uint64_t seed) {
 void DataParallel::begin_step(const ExecSpace& exec) {
   if (zero_ < 2) store_.zero_grads(exec);
   if (zero_ >= 1) Kokkos::deep_copy(exec, grad_shard_, 0.0f);
-  micro_ = 0;
   hook_comm_s_ = 0.0;  // what evaluation's forwards spent belongs to no step
 }
 
 void DataParallel::begin_backward(const ExecSpace& exec, int m, int count) {
   wait_all();
-  micro_ = m;
   sync_ = zero_ >= 2 || !no_sync_ || m == count - 1;
   if (m == 0 || no_sync_) return;
   const int n = comm_.size(Group::data);

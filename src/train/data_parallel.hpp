@@ -103,7 +103,6 @@ class DataParallel final : public nn::LayerHooks {
   Vector<float> grad_shard_;   // zero >= 1
   Vector<float> recv_;         // zero >= 1 accumulating: each bucket's chunk of this micro-batch
   double hook_comm_s_ = 0.0, last_comm_s_ = 0.0, last_update_s_ = 0.0;
-  int micro_ = 0;
   std::size_t last_started_ = static_cast<std::size_t>(-1);  // the newest exchange started
 };
 

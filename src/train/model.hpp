@@ -92,7 +92,6 @@ class Model {
   /// Activation slots live now and at most at once (per micro-batch in flight).
   int live_slots() const { return mlp_->live_slots(); }
   int peak_slots() const { return mlp_->peak_slots(); }
-  void reset_peak_slots() { mlp_->reset_peak_slots(); }
   /// This rank's widths of the stage's input and output.
   int input_width() const { return mlp_->input_width(); }
   int output_width() const { return mlp_->output_width(); }

@@ -126,7 +126,7 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
   const ExecSpace exec;
   const auto& info = split.info();
   const int dp = comm.size(Group::data), r = comm.rank(Group::data);
-  const int stage = comm.rank(Group::pipeline), stages = comm.size(Group::pipeline);
+  const int stage = comm.rank(Group::pipeline);
   // Contiguous shard of the split per data rank; every rank makes the same number of reads.
   std::vector<std::int64_t> all(static_cast<std::size_t>(info.samples));
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
@@ -144,7 +144,9 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
   for (std::size_t k = 0; k < rounds; ++k) {
     const std::size_t begin = std::min(k * batch, mine.size());
     const auto idx = mine.subspan(begin, std::min(batch, mine.size() - begin));
-    const Batch b = load_batch(split, idx, h_x, h_y, h_t, x, y, t);
+    const Batch b = model.first_stage() || model.last_stage()
+                        ? load_batch(split, idx, h_x, h_y, h_t, x, y, t)
+                        : Batch{};  // a stage between reads nothing (as in training)
     const int rows = static_cast<int>(idx.size());
     const int slot = model.acquire(rows);
     // Through the stages: the first takes the data, the others their predecessor's output.
@@ -168,7 +170,6 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
   }
   // The last stage's tensor rank 0 of each data rank holds the sums.
   if (!model.last_stage() || comm.rank(Group::tensor) != 0) sums[0] = sums[1] = sums[2] = 0.0;
-  (void)stages;
   comm.allreduce_sum(sums, 3, Group::world);
   EvalResult e;
   e.samples = static_cast<std::int64_t>(sums[2]);
@@ -311,8 +312,10 @@ double Trainer::train_step(double lr) {
     const int fwd_tag = 2 * m, bwd_tag = 2 * m + 1;
     if (op.kind == PipelineOp::Kind::forward) {
       const auto idx = Sampler::part(local, m, micro_batches);
+      // The first stage takes the inputs, the last the labels; a stage between reads nothing
+      // (its whole data group is the same stage, so the collective reads stay matched).
       Batch b;
-      {
+      if (model_->first_stage() || model_->last_stage()) {
         auto t = timer_.time(Phase::data, exec_);
         b = load_batch(*train_, idx, h_inputs_, h_labels_, h_targets_, inputs_, labels_, targets_);
       }

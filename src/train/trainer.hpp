@@ -103,7 +103,6 @@ class Trainer {
   };
   std::vector<Retiring> retiring_;
   void retire_slots(bool wait);
-  int peak_slots_logged_ = -1;
   double run_start_wall_ = 0.0;
   std::int64_t interval_samples_ = 0, total_samples_timed_ = 0, last_logged_step_ = 0;
   double total_step_seconds_ = 0.0, total_step_seconds_interval_ = 0.0;

@@ -24,10 +24,9 @@ using tessera::InputError;
 
 using tessera::test::expect_input_error;
 using tessera::test::world_rank;
+using tessera::test::world_size;
 
 namespace {
-
-using tessera::test::world_size;
 
 // A directory unique to this run, the same on every rank. Collective.
 std::string run_dir() {
