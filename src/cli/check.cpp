@@ -51,8 +51,7 @@ void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t tra
   // The model's real parameter layout (registered, not allocated): buckets and shards as a run
   // would plan them.
   nn::ParamStore<float> store;
-  const nn::Mlp<float> mlp(store, static_cast<int>(shape.in_features), cfg.model.hidden,
-                           static_cast<int>(shape.outputs), cfg.model.activation);
+  make_network(store, cfg, shape);
   const int zero = cfg.parallel.zero;
   store.plan(zero >= 1 ? dp : 1, DataParallel::bucket_elements(cfg));
   std::size_t largest = 0;

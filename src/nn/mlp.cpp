@@ -42,21 +42,13 @@ Mlp<T>::Mlp(ParamStore<T>& store, int in, std::vector<int> hidden, int out, Acti
 }
 
 template <class T>
-void Mlp<T>::reserve(int max_batch) {
-  if (max_batch <= max_batch_) return;
-  if (live_ > 0) throw std::logic_error("tessera::nn::Mlp::reserve with live slots");
-  max_batch_ = max_batch;
-  slots_.clear();
-  simple_slot_ = -1;
-}
-
-template <class T>
-void Mlp<T>::allocate(Slot& s) {
-  const auto rows = static_cast<std::size_t>(max_batch_);
+void Mlp<T>::add_slot() {
+  Slot& s = slots_.emplace_back();
+  const auto n_rows = static_cast<std::size_t>(this->max_batch());
   const auto alloc = [&](const std::string& what, int width) {
     return Matrix<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Mlp::" + what),
                                         Kokkos::WithoutInitializing),
-                     rows, static_cast<std::size_t>(width));
+                     n_rows, static_cast<std::size_t>(width));
   };
   s.input = alloc("input", input_width());
   if (!first_stage()) s.dinput = alloc("dinput", input_width());
@@ -70,64 +62,40 @@ void Mlp<T>::allocate(Slot& s) {
 }
 
 template <class T>
-int Mlp<T>::acquire(int batch) {
-  if (batch > max_batch_)
-    throw std::invalid_argument(fmt::format("tessera::nn::Mlp: batch of {} rows exceeds reserve({})",
-                                            batch, max_batch_));
-  std::size_t k = 0;
-  while (k < slots_.size() && slots_[k].live) ++k;
-  if (k == slots_.size()) {
-    slots_.emplace_back();
-    allocate(slots_.back());
-  }
-  slots_[k].live = true;
-  slots_[k].batch = batch;
-  peak_ = std::max(peak_, ++live_);
-  return static_cast<int>(k);
+MatrixU<T> Mlp<T>::input(int slot) const {
+  return rows(slots_[static_cast<std::size_t>(slot)].input, this->batch_of(slot));
 }
-
-template <class T>
-void Mlp<T>::release(int slot) {
-  Slot& s = slots_.at(static_cast<std::size_t>(slot));
-  if (!s.live) throw std::logic_error("tessera::nn::Mlp::release of a free slot");
-  s.live = false;
-  --live_;
-}
-
-template <class T>
-const typename Mlp<T>::Slot& Mlp<T>::at(int slot) const {
-  const Slot& s = slots_.at(static_cast<std::size_t>(slot));
-  if (!s.live) throw std::logic_error("tessera::nn::Mlp: slot not acquired");
-  return s;
-}
-
-template <class T>
-MatrixU<T> Mlp<T>::input(int slot) const { return rows(at(slot).input, at(slot).batch); }
 
 template <class T>
 MatrixU<T> Mlp<T>::output(int slot) const {
-  const Slot& s = at(slot);
-  return rows(hidden(end_ - 1) ? s.a.back() : s.z.back(), s.batch);
+  const int batch = this->batch_of(slot);
+  const Slot& s = slots_[static_cast<std::size_t>(slot)];
+  return rows(hidden(end_ - 1) ? s.a.back() : s.z.back(), batch);
 }
 
 template <class T>
-MatrixU<T> Mlp<T>::grad_output(int slot) const { return rows(at(slot).g.back(), at(slot).batch); }
+MatrixU<T> Mlp<T>::grad_output(int slot) const {
+  const int batch = this->batch_of(slot);
+  return rows(slots_[static_cast<std::size_t>(slot)].g.back(), batch);
+}
 
 template <class T>
 MatrixU<T> Mlp<T>::grad_input(int slot) const {
   if (first_stage()) throw std::logic_error("tessera::nn::Mlp::grad_input on the first stage");
-  return rows(at(slot).dinput, at(slot).batch);
+  const int batch = this->batch_of(slot);
+  return rows(slots_[static_cast<std::size_t>(slot)].dinput, batch);
 }
 
 template <class T>
 void Mlp<T>::forward(const ExecSpace& exec, int slot) {
   ScopedRegion region("tessera::nn::Mlp::forward");
-  const Slot& s = at(slot);
-  MatrixU<const T> x = rows(s.input, s.batch);
+  const int batch = this->batch_of(slot);
+  const Slot& s = slots_[static_cast<std::size_t>(slot)];
+  MatrixU<const T> x = rows(s.input, batch);
   for (int i = first_; i < end_; ++i) {
     const auto k = static_cast<std::size_t>(i - first_);
     const auto& layer = layers_[k];
-    const MatrixU<T> z = rows(s.z[k], s.batch);
+    const MatrixU<T> z = rows(s.z[k], batch);
     if (hooks_) hooks_->before_forward(layer.unit());
     layer.forward(exec, x, z);
     if (hooks_) hooks_->after_forward(layer.unit());
@@ -137,7 +105,7 @@ void Mlp<T>::forward(const ExecSpace& exec, int slot) {
       layer.add_bias(exec, z);
     }
     if (!hidden(i)) break;
-    const MatrixU<T> a = rows(s.a[k], s.batch);
+    const MatrixU<T> a = rows(s.a[k], batch);
     if (act_ == Activation::relu) kernels::relu_forward(exec, flat(z), flat(a));
     else kernels::gelu_forward(exec, flat(z), flat(a));
     x = a;
@@ -147,20 +115,21 @@ void Mlp<T>::forward(const ExecSpace& exec, int slot) {
 template <class T>
 void Mlp<T>::backward(const ExecSpace& exec, int slot) {
   ScopedRegion region("tessera::nn::Mlp::backward");
-  const Slot& s = at(slot);
+  const int batch = this->batch_of(slot);
+  const Slot& s = slots_[static_cast<std::size_t>(slot)];
   for (int i = end_; i-- > first_;) {
     const auto k = static_cast<std::size_t>(i - first_);
     const auto& layer = layers_[k];
-    const MatrixU<T> g = rows(s.g[k], s.batch);
+    const MatrixU<T> g = rows(s.g[k], batch);
     // Through the activation in place: dL/dz = act'(z) dL/da.
     if (hidden(i)) {
-      const MatrixU<T> z = rows(s.z[k], s.batch);
+      const MatrixU<T> z = rows(s.z[k], batch);
       if (act_ == Activation::relu) kernels::relu_backward(exec, flat(z), flat(g), flat(g));
       else kernels::gelu_backward(exec, flat(z), flat(g), flat(g));
     }
-    const MatrixU<const T> x = i == first_ ? rows(s.input, s.batch) : rows(s.a[k - 1], s.batch);
-    const MatrixU<T> dx = i > first_ ? rows(s.g[k - 1], s.batch)
-                                     : (first_stage() ? MatrixU<T>() : rows(s.dinput, s.batch));
+    const MatrixU<const T> x = i == first_ ? rows(s.input, batch) : rows(s.a[k - 1], batch);
+    const MatrixU<T> dx = i > first_ ? rows(s.g[k - 1], batch)
+                                     : (first_stage() ? MatrixU<T>() : rows(s.dinput, batch));
     if (hooks_) hooks_->before_backward(layer.unit());
     layer.backward(exec, x, g, dx);
     if (hooks_) hooks_->after_backward(layer.unit());
@@ -176,9 +145,9 @@ template <class T>
 MatrixU<T> Mlp<T>::forward(const ExecSpace& exec, const MatrixU<const T>& x) {
   if (!first_stage() || !last_stage())
     throw std::logic_error("tessera::nn::Mlp::forward(x) needs the whole model");
-  if (simple_slot_ >= 0) release(simple_slot_);
+  if (simple_slot_ >= 0) this->release(simple_slot_);
   simple_slot_ = -1;
-  simple_slot_ = acquire(static_cast<int>(x.extent(0)));
+  simple_slot_ = this->acquire(static_cast<int>(x.extent(0)));
   simple_batch_ = static_cast<int>(x.extent(0));
   Kokkos::deep_copy(exec, input(simple_slot_), x);
   forward(exec, simple_slot_);

@@ -17,12 +17,13 @@
 #include "kernels/views.hpp"
 #include "nn/hooks.hpp"
 #include "nn/linear.hpp"
+#include "nn/network.hpp"
 #include "nn/param_store.hpp"
 
 namespace tessera::nn {
 
 template <class T>
-class Mlp {
+class Mlp : public Network<T> {
  public:
   /// Which part of the model this object holds, and the tensor group.
   struct Part {
@@ -40,35 +41,25 @@ class Mlp {
   /// \brief Registers the part's parameters in `store` (before store.plan()). Widths are logical.
   Mlp(ParamStore<T>& store, int in, std::vector<int> hidden, int out, Activation act, Part part = {});
 
-  /// \brief Rows of every slot's buffers (allocated when a slot is first used).
-  void reserve(int max_batch);
-  int max_batch() const { return max_batch_; }
-
   int layers() const { return layers_total_; }
   int first_layer() const { return first_; }
   int end_layer() const { return end_; }
-  bool first_stage() const { return first_ == 0; }
-  bool last_stage() const { return end_ == layers_total_; }
+  bool first_stage() const override { return first_ == 0; }
+  bool last_stage() const override { return end_ == layers_total_; }
   /// This rank's width of the part's input and output.
-  int input_width() const { return layers_.front().in_features(); }
-  int output_width() const { return layers_.back().out_features(); }
+  int input_width() const override { return layers_.front().in_features(); }
+  int output_width() const override { return layers_.back().out_features(); }
 
-  /// \brief Takes a free slot for a micro-batch of `batch` rows (<= max_batch).
-  int acquire(int batch);
-  void release(int slot);
-  int live_slots() const { return live_; }
-  int peak_slots() const { return peak_; }
-
-  MatrixU<T> input(int slot) const;        ///< (B, input_width): fill before forward
-  MatrixU<T> output(int slot) const;       ///< (B, output_width): after forward (logits on the last stage)
-  MatrixU<T> grad_output(int slot) const;  ///< (B, output_width): fill before backward
-  MatrixU<T> grad_input(int slot) const;   ///< (B, input_width): after backward; not on the first stage
+  MatrixU<T> input(int slot) const override;        ///< (B, input_width): fill before forward
+  MatrixU<T> output(int slot) const override;       ///< logits on the last stage
+  MatrixU<T> grad_output(int slot) const override;
+  MatrixU<T> grad_input(int slot) const override;   ///< not on the first stage
 
   /// \brief Forward of the slot's input through the part.
-  void forward(const ExecSpace& exec, int slot);
+  void forward(const ExecSpace& exec, int slot) override;
   /// \brief Adds the gradient to the store's gradients (accumulates) from grad_output(slot);
   /// writes grad_input(slot) unless this is the first stage.
-  void backward(const ExecSpace& exec, int slot);
+  void backward(const ExecSpace& exec, int slot) override;
 
   /// \brief One-slot convenience for a whole model: copies x into slot 0 and returns the logits.
   MatrixU<T> forward(const ExecSpace& exec, const MatrixU<const T>& x);
@@ -77,36 +68,29 @@ class Mlp {
   /// Rows of the last forward(x).
   int batch() const { return simple_batch_; }
 
-  /// \brief Tells `hooks` (may be null) about each layer as forward and backward reach it.
-  void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
-
   int in_features() const { return layers_.front().in_features(); }
   int out_features() const { return layers_.back().out_features(); }
   const std::vector<Linear<T>>& layer_list() const { return layers_; }
 
+ protected:
+  void add_slot() override;
+  void clear_slots() override { slots_.clear(); simple_slot_ = -1; }
+
  private:
   struct Slot {
-    int batch = 0;
-    bool live = false;
     Matrix<T> input, dinput;      // (max_batch, input_width)
     std::vector<Matrix<T>> z, a;  // per layer of the part: pre- and post-activation
     std::vector<Matrix<T>> g;     // per layer: dL/da, then dL/dz in place (dL/dlogits for the last)
   };
-  MatrixU<T> rows(const Matrix<T>& m, int batch) const {
-    return MatrixU<T>(m.data(), batch, m.extent(1));
-  }
   bool hidden(int i) const { return i + 1 < layers_total_; }  // followed by an activation
-  void allocate(Slot& s);
-  const Slot& at(int slot) const;
+  using Network<T>::rows;
+  using Network<T>::hooks_;
 
   Activation act_;
   int layers_total_ = 0, first_ = 0, end_ = 0;
   Part part_;
   std::vector<Linear<T>> layers_;  // layers [first_, end_)
-  LayerHooks* hooks_ = nullptr;
-  int max_batch_ = 0;
   std::vector<Slot> slots_;
-  int live_ = 0, peak_ = 0;
   int simple_slot_ = -1, simple_batch_ = 0;
 };
 

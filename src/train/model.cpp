@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "nn/loss.hpp"
+#include "nn/mlp.hpp"
 
 namespace tessera {
 
@@ -36,34 +36,38 @@ std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape) {
   return {back.rbegin(), back.rend()};
 }
 
-std::vector<nn::ParamInfo> logical_params(const Config& cfg, const ModelShape& shape) {
-  nn::ParamStore<float> store;  // registration only: nothing is allocated
-  const nn::Mlp<float> mlp(store, static_cast<int>(shape.in_features), cfg.model.hidden,
-                           static_cast<int>(shape.outputs), cfg.model.activation);
-  return store.infos();
-}
-
-Model::Model(const Config& cfg, const ModelShape& shape, int max_batch, const ParamLayout& layout,
-             ModelPart part)
-    : shape_(shape), max_batch_(max_batch), store_(std::make_unique<nn::ParamStore<float>>()) {
+std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, const Config& cfg,
+                                                 const ModelShape& shape, ModelPart part) {
   nn::Mlp<float>::Part p;
   p.first_layer = part.first_layer;
   p.end_layer = part.end_layer;
   p.tp = part.tp;
   p.t = part.t;
   p.tensor_sum = std::move(part.tensor_sum);
-  mlp_ = std::make_unique<nn::Mlp<float>>(*store_, static_cast<int>(shape.in_features),
+  return std::make_unique<nn::Mlp<float>>(store, static_cast<int>(shape.in_features),
                                           cfg.model.hidden, static_cast<int>(shape.outputs),
                                           cfg.model.activation, std::move(p));
+}
+
+std::vector<nn::ParamInfo> logical_params(const Config& cfg, const ModelShape& shape) {
+  nn::ParamStore<float> store;  // registration only: nothing is allocated
+  make_network(store, cfg, shape);
+  return store.infos();
+}
+
+Model::Model(const Config& cfg, const ModelShape& shape, int max_batch, const ParamLayout& layout,
+             ModelPart part)
+    : shape_(shape), max_batch_(max_batch), store_(std::make_unique<nn::ParamStore<float>>()) {
+  net_ = make_network(*store_, cfg, shape, std::move(part));
   store_->plan(layout.shards, layout.bucket_elements);
   store_->allocate(layout.storage);
   if (layout.storage.full_values) store_->initialize(ExecSpace(), cfg.run.seed);
-  mlp_->reserve(max_batch);
+  net_->reserve(max_batch);
 }
 
 void Model::set_hooks(nn::LayerHooks* hooks) {
   hooks_ = hooks;
-  mlp_->set_hooks(hooks);
+  net_->set_hooks(hooks);
 }
 
 void Model::idle_forward() {
@@ -84,12 +88,8 @@ void Model::idle_backward() {
 
 LossSums Model::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
                      MatrixU<const float> targets, float scale) {
-  const MatrixU<const float> logits = output(slot);
-  const MatrixU<float> d = grad_output(slot);
-  const nn::LossResult r = shape_.classification
-                               ? nn::cross_entropy(exec, logits, labels, scale, d)
-                               : nn::mean_squared_error(exec, logits, targets, scale, d);
-  return {r.loss_sum, static_cast<double>(r.correct)};
+  return net_->loss(exec, slot, shape_.classification ? labels : VectorU<const std::int32_t>(),
+                    targets, scale);
 }
 
 }  // namespace tessera

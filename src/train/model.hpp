@@ -11,7 +11,7 @@
 #include "core/config.hpp"
 #include "kernels/views.hpp"
 #include "nn/hooks.hpp"
-#include "nn/mlp.hpp"
+#include "nn/network.hpp"
 #include "nn/param_store.hpp"
 
 namespace tessera {
@@ -23,11 +23,7 @@ struct ModelShape {
   bool classification = true;    ///< labels + cross-entropy, else targets + MSE
 };
 
-/// Sum of per-sample losses and correct predictions over one micro-batch.
-struct LossSums {
-  double loss = 0.0;
-  double correct = 0.0;
-};
+using LossSums = nn::LossSums;
 
 /// How the parameter store is laid out and which of its buffers exist (see nn::ParamStore).
 struct ParamLayout {
@@ -47,6 +43,11 @@ struct ModelPart {
 /// parallel.stages when given, else contiguous stages balanced by each layer's multiply-adds.
 std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape);
 
+/// \brief Builds the network of the deck's model kind for `part`, registering its parameters
+/// in `store` (nothing is allocated: plan and allocate the store, then reserve the network).
+std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, const Config& cfg,
+                                                 const ModelShape& shape, ModelPart part = {});
+
 /// \brief Every parameter of the whole model (names and logical shapes), whatever part a rank holds.
 std::vector<nn::ParamInfo> logical_params(const Config& cfg, const ModelShape& shape);
 
@@ -60,21 +61,21 @@ class Model {
   /// \brief Tells `hooks` (may be null) about each layer as forward and backward reach it.
   void set_hooks(nn::LayerHooks* hooks);
 
-  bool first_stage() const { return mlp_->first_stage(); }
-  bool last_stage() const { return mlp_->last_stage(); }
+  bool first_stage() const { return net_->first_stage(); }
+  bool last_stage() const { return net_->last_stage(); }
 
   /// \brief A micro-batch in flight (see nn::Mlp): acquire a slot, fill input() (data on the
   /// first stage, the previous stage's output otherwise), forward(); on the last stage loss();
   /// elsewhere fill grad_output() from the next stage; backward(); send grad_input() back
   /// (not on the first stage); release().
-  int acquire(int rows) { return mlp_->acquire(rows); }
-  void release(int slot) { mlp_->release(slot); }
-  MatrixU<float> input(int slot) const { return mlp_->input(slot); }
-  MatrixU<float> output(int slot) const { return mlp_->output(slot); }
-  MatrixU<float> grad_output(int slot) const { return mlp_->grad_output(slot); }
-  MatrixU<float> grad_input(int slot) const { return mlp_->grad_input(slot); }
-  void forward(const ExecSpace& exec, int slot) { mlp_->forward(exec, slot); }
-  void backward(const ExecSpace& exec, int slot) { mlp_->backward(exec, slot); }
+  int acquire(int rows) { return net_->acquire(rows); }
+  void release(int slot) { net_->release(slot); }
+  MatrixU<float> input(int slot) const { return net_->input(slot); }
+  MatrixU<float> output(int slot) const { return net_->output(slot); }
+  MatrixU<float> grad_output(int slot) const { return net_->grad_output(slot); }
+  MatrixU<float> grad_input(int slot) const { return net_->grad_input(slot); }
+  void forward(const ExecSpace& exec, int slot) { net_->forward(exec, slot); }
+  void backward(const ExecSpace& exec, int slot) { net_->backward(exec, slot); }
   /// \brief Last stage: the loss of the slot's output against labels (B) or targets (B,
   /// outputs), and its gradient times loss_scale (1 / global batch) into grad_output(slot).
   LossSums loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
@@ -90,17 +91,17 @@ class Model {
   const ModelShape& shape() const { return shape_; }
   int max_batch() const { return max_batch_; }
   /// Activation slots live now and at most at once (per micro-batch in flight).
-  int live_slots() const { return mlp_->live_slots(); }
-  int peak_slots() const { return mlp_->peak_slots(); }
+  int live_slots() const { return net_->live_slots(); }
+  int peak_slots() const { return net_->peak_slots(); }
   /// This rank's widths of the stage's input and output.
-  int input_width() const { return mlp_->input_width(); }
-  int output_width() const { return mlp_->output_width(); }
+  int input_width() const { return net_->input_width(); }
+  int output_width() const { return net_->output_width(); }
 
  private:
   ModelShape shape_;
   int max_batch_;
   std::unique_ptr<nn::ParamStore<float>> store_;
-  std::unique_ptr<nn::Mlp<float>> mlp_;
+  std::unique_ptr<nn::Network<float>> net_;
   nn::LayerHooks* hooks_ = nullptr;
 };
 
