@@ -7,7 +7,9 @@
 
 namespace tessera {
 
-enum class ModelKind { mlp };
+enum class ModelKind { mlp, cnn, gpt };
+/// Arithmetic of activations and matrix products (master weights and reductions stay fp32).
+enum class Precision { fp32, bf16, fp16 };
 enum class Activation { relu, gelu };
 enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> CE, targets -> MSE
 enum class OptimizerKind { sgd, adamw };
@@ -37,9 +39,15 @@ struct DataConfig {
 
 struct ModelConfig {
   ModelKind kind = ModelKind::mlp;
-  std::vector<int> hidden = {512, 512};
+  std::vector<int> hidden = {512, 512};  ///< mlp; cnn: the linear layers after the convolutions
   Activation activation = Activation::relu;
   LossKind loss = LossKind::automatic;
+  std::vector<int> channels = {32, 64};  ///< cnn: output channels of each conv (3x3, pad 1) + ReLU + 2x2 max-pool
+  int kernel = 3;                        ///< cnn: square convolution kernel (odd; padding kernel/2)
+  int layers = 4;                        ///< gpt: transformer blocks
+  int heads = 4;                         ///< gpt: attention heads per block
+  int width = 256;                       ///< gpt: embedding width (a multiple of heads)
+  int context = 128;                     ///< gpt: tokens per sequence (position embeddings)
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -86,6 +94,10 @@ struct TrainConfig {
   int global_batch = 128;
   int log_every = 50;
   bool drop_last = true;   ///< drop the last partial global batch of an epoch
+  bool recompute = false;  ///< keep only each block's input; recompute its forward in backward
+  Precision precision = Precision::fp32;
+  double loss_scale = 65536.0;       ///< fp16: initial dynamic loss scale
+  int loss_scale_window = 1000;      ///< fp16: double the scale after this many finite steps
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -40,6 +40,7 @@ std::vector<std::string> deck_keys();
 
 /// \brief The deck name of an enum value ("sgd", "1f1b", "auto", ...), as accepted by load_deck.
 std::string_view to_string(ModelKind v);
+std::string_view to_string(Precision v);
 std::string_view to_string(Activation v);
 std::string_view to_string(LossKind v);
 std::string_view to_string(OptimizerKind v);

@@ -143,9 +143,15 @@ std::vector<KeySpec> build_schema() {
     data.flag<&D::cache>("cache", "read each split once per rank into memory instead of per batch"),
 
     model.choice<&M::kind>("kind", kModelKinds, "model family"),
-    model.key<&M::hidden>("hidden", at_least(1), "widths of the hidden layers, input to output; [] is a linear model"),
+    model.key<&M::hidden>("hidden", at_least(1), "mlp, cnn: widths of the hidden linear layers, input to output; [] is a linear model (cnn: after the convolutions)"),
     model.choice<&M::activation>("activation", kActivations, "activation after each hidden layer"),
     model.choice<&M::loss>("loss", kLossKinds, "auto: cross-entropy for a dataset with labels, MSE for one with targets"),
+    model.key<&M::channels>("channels", at_least(1), "cnn: output channels of each convolution block (conv, ReLU, 2x2 max-pool)"),
+    model.key<&M::kernel>("kernel", at_least(1), "cnn: side of the square convolution kernels (odd; zero padding kernel/2 keeps the size)"),
+    model.key<&M::layers>("layers", at_least(1), "gpt: transformer blocks"),
+    model.key<&M::heads>("heads", at_least(1), "gpt: attention heads per block (divides model.width)"),
+    model.key<&M::width>("width", at_least(1), "gpt: embedding width"),
+    model.key<&M::context>("context", at_least(1), "gpt: tokens per training sequence (and most a prompt plus generated tokens can see)"),
 
     parallel.key<&P::data>("data", at_least(0), "data-parallel ranks; 0: world size / (tensor * pipeline)"),
     parallel.key<&P::tensor>("tensor", at_least(1), "tensor-parallel ranks (Megatron: column- then row-parallel layers); must divide every hidden width"),
@@ -176,6 +182,10 @@ std::vector<KeySpec> build_schema() {
     train.key<&T::global_batch>("global_batch", at_least(1), "samples per optimizer step, summed over all ranks"),
     train.key<&T::log_every>("log_every", at_least(1), "log a train row to metrics.csv every this many steps"),
     train.flag<&T::drop_last>("drop_last", "drop the last partial global batch of an epoch"),
+    train.flag<&T::recompute>("recompute", "activation recomputation: keep each block's input only and recompute its forward during backward"),
+    train.choice<&T::precision>("precision", kPrecisions, "activations and matrix products in fp32, bf16 or fp16; master weights, optimizer and reductions stay fp32"),
+    train.key<&T::loss_scale>("loss_scale", above(0), "fp16: initial dynamic loss scale (halved and the step skipped on overflow)"),
+    train.key<&T::loss_scale_window>("loss_scale_window", at_least(1), "fp16: double the loss scale after this many steps without overflow"),
 
     eval.flag<&E::every_epoch>("every_epoch", "evaluate on the test split at the end of every epoch"),
     eval.key<&E::every_steps>("every_steps", at_least(0), "also evaluate every this many steps; 0: off"),
