@@ -8,17 +8,22 @@
 //   dwte[v, c] += sum_{(b,t): token[b,t] = v} dx[b*T+t, c]  one thread per (v, c), scanning all
 //                                                          B*T tokens (fine for a byte vocabulary)
 // Tokens are trusted: validate them when the data is read.
+// Vocabulary-parallel (Megatron): a rank holding rows [first, first + V) of the logical table
+// passes its block as wte and `first`; tokens outside its rows contribute nothing here (the
+// caller sums x over the tensor group, one rank adding the positions).
 #include <stdexcept>
 
 #include "kernels/views.hpp"
 
 namespace tessera::kernels {
 
-/// \brief x = wte[tokens] + wpe[position].
-/// tokens (B,T), wte (V,C), wpe (maxT,C) with maxT >= T, x (B*T,C) (overwritten).
+/// \brief x = wte[tokens - first] (0 where that row is not in wte) + wpe[position] (when
+/// add_positions). tokens (B,T), wte (V,C), wpe (maxT,C) with maxT >= T, x (B*T,C) (overwritten).
 template <class TokView, class WteView, class WpeView, class XView>
 void embedding_forward(const ExecSpace& exec, const TokView& tokens, const WteView& wte,
-                       const WpeView& wpe, const XView& x) {
+                       const WpeView& wpe, const XView& x, Index first = 0,
+                       bool add_positions = true) {
+  using T = typename XView::non_const_value_type;
   const Index seq = Index(tokens.extent(1));
   if (Index(wpe.extent(0)) < seq || Index(x.extent(0)) != Index(tokens.extent(0)) * seq ||
       x.extent(1) != wte.extent(1) || x.extent(1) != wpe.extent(1)) {
@@ -26,19 +31,23 @@ void embedding_forward(const ExecSpace& exec, const TokView& tokens, const WteVi
         "tessera::embedding_forward: expected tokens (B,T), wte (V,C), wpe (>=T,C), x (B*T,C)");
   }
   using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>;
+  const Index vocab = Index(wte.extent(0));
   Kokkos::parallel_for(
       "tessera::embedding_forward", Policy(exec, {0, 0}, {Index(x.extent(0)), Index(x.extent(1))}),
       KOKKOS_LAMBDA(const Index row, const Index c) {
         const Index b = row / seq, t = row % seq;
-        x(row, c) = wte(Index(tokens(b, t)), c) + wpe(t, c);
+        const Index v = Index(tokens(b, t)) - first;
+        const T e = v >= 0 && v < vocab ? T(wte(v, c)) : T(0);
+        x(row, c) = add_positions ? e + T(wpe(t, c)) : e;
       });
 }
 
-/// \brief dwte and dwpe accumulate the gradient of embedding_forward.
-/// tokens (B,T), dx (B*T,C), dwte (V,C), dwpe (maxT,C) with maxT >= T (rows >= T untouched).
+/// \brief dwte (rows [first, first + V) of the logical table) and dwpe accumulate the gradient
+/// of embedding_forward. tokens (B,T), dx (B*T,C), dwte (V,C), dwpe (maxT,C) with maxT >= T
+/// (rows >= T untouched).
 template <class TokView, class DxView, class DwteView, class DwpeView>
 void embedding_backward(const ExecSpace& exec, const TokView& tokens, const DxView& dx,
-                        const DwteView& dwte, const DwpeView& dwpe) {
+                        const DwteView& dwte, const DwpeView& dwpe, Index first = 0) {
   using T = typename DwteView::non_const_value_type;
   const Index batch = Index(tokens.extent(0)), seq = Index(tokens.extent(1));
   if (Index(dwpe.extent(0)) < seq || Index(dx.extent(0)) != batch * seq ||
@@ -63,7 +72,7 @@ void embedding_backward(const ExecSpace& exec, const TokView& tokens, const DxVi
         T sum = T(0);
         for (Index b = 0; b < batch; ++b)
           for (Index t = 0; t < seq; ++t)
-            if (Index(tokens(b, t)) == v) sum += dx(b * seq + t, c);
+            if (Index(tokens(b, t)) == v + first) sum += dx(b * seq + t, c);
         dwte(v, c) += sum;
       });
 }

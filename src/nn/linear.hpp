@@ -7,6 +7,11 @@
 // row-parallel layer holds columns [t*in/tp, (t+1)*in/tp) of the weight and the whole bias (its
 // input is split, its output a partial sum that the caller sums over the tensor group before
 // add_bias()). The layer does no communication itself.
+//
+// A fused projection of `groups` outputs (attention's q, k and v: groups = 3) keeps its weight
+// as [groups, out/groups, in] and bias [groups, out/groups]; column parallelism then gives each
+// tensor rank the same rows of every group, so its local (out/tp, in) block holds its heads'
+// q, k and v one after another.
 #include <cmath>
 #include <string>
 
@@ -26,21 +31,46 @@ class Linear {
   /// rank's blocks of them under a split over tp tensor ranks, t being this one), as a unit of
   /// their own (before store.plan()). in and out are the logical widths; the split one must be
   /// divisible by tp.
+  /// How a layer is initialised and grouped (the defaults: PyTorch's nn.Linear, a unit of its own).
+  struct Options {
+    int groups = 1;             ///< fused outputs (see above); out divisible by groups * tp
+    bool own_unit = true;       ///< false: the caller began the unit (a transformer block)
+    InitKind weight_init = InitKind::uniform;
+    double weight_bound = 0.0;  ///< uniform bound or normal std; 0: 1/sqrt(in), uniform
+    bool zero_bias = false;     ///< biases start at zero (else U(-1/sqrt(in), 1/sqrt(in)))
+  };
+
+  /// \brief Registers `<prefix>.weight` [out, in] and `<prefix>.bias` [out] in `store` (this
+  /// rank's blocks of them under a split over tp tensor ranks, t being this one), as a unit of
+  /// their own unless options say otherwise (before store.plan()). in and out are the logical
+  /// widths; the split one must be divisible by tp.
   Linear(ParamStore<T>& store, const std::string& prefix, int in, int out, Split split = Split::none,
-         int tp = 1, int t = 0)
+         int tp = 1, int t = 0, Options options = {})
       : store_(&store), split_(tp > 1 ? split : Split::none),
         in_(split_ == Split::row ? in / tp : in), out_(split_ == Split::column ? out / tp : out) {
-    if ((split_ == Split::row && in % tp) || (split_ == Split::column && out % tp))
+    const int groups = options.groups;
+    if ((split_ == Split::row && in % tp) || (split_ == Split::column && out % (tp * groups)) ||
+        out % groups)
       throw std::invalid_argument(prefix + ": the split width is not divisible by the tensor ranks");
-    store.begin_unit();
+    if (options.own_unit) store.begin_unit();
     unit_ = store.units() - 1;
     const double bound = 1.0 / std::sqrt(double(in));
-    Placement w{{out, in}, {split_ == Split::column ? std::int64_t(t) * out_ : 0,
-                            split_ == Split::row ? std::int64_t(t) * in_ : 0},
-                split_ != Split::none};
-    Placement b{{out}, {split_ == Split::column ? std::int64_t(t) * out_ : 0}, split_ == Split::column};
-    weight_ = store.add(prefix + ".weight", {out_, in_}, InitKind::uniform, bound, w);
-    bias_ = store.add(prefix + ".bias", {out_}, InitKind::uniform, bound, b);
+    const InitKind w_init = options.weight_bound > 0 ? options.weight_init : InitKind::uniform;
+    const double w_bound = options.weight_bound > 0 ? options.weight_bound : bound;
+    const InitKind b_init = options.zero_bias ? InitKind::zeros : InitKind::uniform;
+    const std::int64_t row0 = split_ == Split::column ? std::int64_t(t) * out_ / groups : 0;
+    if (groups == 1) {
+      Placement w{{out, in}, {row0, split_ == Split::row ? std::int64_t(t) * in_ : 0},
+                  split_ != Split::none};
+      Placement b{{out}, {row0}, split_ == Split::column};
+      weight_ = store.add(prefix + ".weight", {out_, in_}, w_init, w_bound, w);
+      bias_ = store.add(prefix + ".bias", {out_}, b_init, bound, b);
+    } else {
+      Placement w{{groups, out / groups, in}, {0, row0, 0}, split_ != Split::none};
+      Placement b{{groups, out / groups}, {0, row0}, split_ == Split::column};
+      weight_ = store.add(prefix + ".weight", {groups, out_ / groups, in_}, w_init, w_bound, w);
+      bias_ = store.add(prefix + ".bias", {groups, out_ / groups}, b_init, bound, b);
+    }
   }
 
   /// This rank's widths (the split one divided by tp).

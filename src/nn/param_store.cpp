@@ -15,10 +15,12 @@ std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m;
 }  // namespace
 
 template <class T>
-void ParamStore<T>::begin_unit() {
+void ParamStore<T>::begin_unit(bool solo) {
   if (planned_) throw std::logic_error("tessera::ParamStore::begin_unit() after plan()");
   // A unit without parameters is no unit: only a started one ends.
   if (!infos_.empty() && infos_.back().unit + 1 == units_) ++units_;
+  solo_.resize(units_, false);
+  solo_[units_ - 1] = solo;
 }
 
 template <class T>
@@ -40,13 +42,14 @@ std::size_t ParamStore<T>::add(const std::string& name, std::vector<std::int64_t
   info.logical_shape = placement.logical_shape.empty() ? shape : placement.logical_shape;
   info.block_offset = placement.offset.empty() ? std::vector<std::int64_t>(shape.size(), 0) : placement.offset;
   info.tensor_sharded = placement.tensor_sharded;
+  info.tie = placement.tie;
   bool fits = info.logical_shape.size() == shape.size() && info.block_offset.size() == shape.size() &&
-              shape.size() <= 2;
+              shape.size() <= 4;
   for (std::size_t d = 0; fits && d < shape.size(); ++d)
     fits = info.block_offset[d] >= 0 && info.block_offset[d] + shape[d] <= info.logical_shape[d];
   if (!fits && !(placement.logical_shape.empty() && placement.offset.empty()))
     throw std::invalid_argument(fmt::format("tessera::ParamStore::add: parameter '{}': its block does "
-                                            "not fit its logical shape (1-D and 2-D blocks only)", name));
+                                            "not fit its logical shape (blocks of 1 to 4 dimensions)", name));
   info.shape = std::move(shape);
   info.size = size;
   info.unit = units_ - 1;
@@ -71,10 +74,16 @@ void ParamStore<T>::plan(int shards, std::size_t bucket_elements) {
     unit_end[u] = std::max(unit_end[u], i + 1);
   }
   std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [first_unit, last_unit], backwards
+  solo_.resize(units_, false);
   std::size_t open_last = units_ - 1, filled = 0;
   for (std::size_t u = units_; u-- > 0;) {
+    if (solo_[u] && filled > 0) {  // close the bucket after the solo unit
+      ranges.emplace_back(u + 1, open_last);
+      filled = 0;
+      open_last = u;
+    }
     filled += unit_size[u];
-    if (filled >= bucket_elements || u == 0) {
+    if (filled >= bucket_elements || u == 0 || solo_[u] || solo_[u - 1]) {
       ranges.emplace_back(u, open_last);
       filled = 0;
       open_last = u - 1;
@@ -139,25 +148,43 @@ void ParamStore<T>::initialize_range(const ExecSpace& exec, std::uint64_t seed, 
     const std::uint64_t first = lo - info.offset;  // local index of v(0)
     const std::uint64_t stream = kernels::hash_name(info.name);
     const double bound = info.bound;
-    // Local index k of the block -> logical index: row k / cols + row0, column k % cols + col0.
-    const bool two_d = info.shape.size() == 2;
-    const auto cols = std::uint64_t(two_d ? info.shape[1] : 1);
-    const auto logical_cols = std::uint64_t(two_d ? info.logical_shape[1] : 1);
-    const auto row0 = std::uint64_t(info.block_offset.empty() ? 0 : info.block_offset[0]);
-    const auto col0 = std::uint64_t(two_d ? info.block_offset[1] : 0);
+    // Local index k of the block -> its multi-index (row-major over shape) -> plus the block's
+    // offset -> the logical row-major index. Up to 4 dimensions.
+    if (info.shape.size() > 4)
+      throw std::logic_error(fmt::format("tessera::ParamStore: parameter '{}' has more than 4 dimensions", info.name));
+    Kokkos::Array<std::uint64_t, 4> dims{1, 1, 1, 1}, logical_dims{1, 1, 1, 1}, offset{0, 0, 0, 0};
+    const std::size_t pad = 4 - info.shape.size();
+    for (std::size_t d = 0; d < info.shape.size(); ++d) {
+      dims[pad + d] = std::uint64_t(info.shape[d]);
+      logical_dims[pad + d] = std::uint64_t(info.logical_shape[d]);
+      offset[pad + d] = info.block_offset.empty() ? 0 : std::uint64_t(info.block_offset[d]);
+    }
+    const auto to_logical = [=] KOKKOS_FUNCTION(std::uint64_t k) {
+      std::uint64_t logical = 0, rest = k, stride = 1;
+      Kokkos::Array<std::uint64_t, 4> idx{};
+      for (int d = 3; d >= 0; --d) {
+        idx[d] = rest % dims[d];
+        rest /= dims[d];
+      }
+      for (int d = 3; d >= 0; --d) {
+        logical += (idx[d] + offset[d]) * stride;
+        stride *= logical_dims[d];
+      }
+      return logical;
+    };
     const char* label = "tessera::ParamStore::initialize";
     switch (info.init) {
       case InitKind::uniform:
         Kokkos::parallel_for(label, range(exec, Index(hi - lo)), KOKKOS_LAMBDA(const Index j) {
           const std::uint64_t k = first + std::uint64_t(j);
-          const std::uint64_t logical = (k / cols + row0) * logical_cols + k % cols + col0;
+          const std::uint64_t logical = to_logical(k);
           v(j) = T(bound * (2.0 * kernels::uniform01(seed, stream, logical) - 1.0));
         });
         break;
       case InitKind::normal:
         Kokkos::parallel_for(label, range(exec, Index(hi - lo)), KOKKOS_LAMBDA(const Index j) {
           const std::uint64_t k = first + std::uint64_t(j);
-          const std::uint64_t logical = (k / cols + row0) * logical_cols + k % cols + col0;
+          const std::uint64_t logical = to_logical(k);
           v(j) = T(bound * kernels::normal(seed, stream, logical));
         });
         break;
@@ -228,10 +255,12 @@ T* ParamStore<T>::locate(const std::vector<T*>& bases, std::size_t i, const char
 template <class T>
 MatrixU<T> ParamStore<T>::matrix(T* data, std::size_t i) const {
   const ParamInfo& info = at(i);
-  if (info.shape.size() != 2)
-    throw std::logic_error(fmt::format("tessera::ParamStore: parameter '{}' has {} dimensions, not 2",
+  if (info.shape.size() < 2)
+    throw std::logic_error(fmt::format("tessera::ParamStore: parameter '{}' has {} dimensions, not 2 or more",
                                        info.name, info.shape.size()));
-  return MatrixU<T>(data, info.shape[0], info.shape[1]);
+  // Leading dimensions fold into the rows ([groups, rows, cols] is a (groups*rows, cols) matrix).
+  const std::size_t cols = static_cast<std::size_t>(info.shape.back());
+  return MatrixU<T>(data, info.size / cols, cols);
 }
 
 template class ParamStore<float>;

@@ -29,12 +29,18 @@ namespace tessera::nn {
 
 enum class InitKind { uniform, normal, zeros, ones };
 
+/// A parameter used by two pipeline stages (a language model's embedding and its tied head):
+/// the first stage holds the original, the last a copy kept equal by summing both gradients
+/// before the update. Checkpoints and the gradient norm see the original only.
+enum class Tie { none, original, copy };
+
 /// Where a parameter's local block sits in its logical tensor (tensor parallelism holds a block
 /// of rows or of columns on each tensor rank).
 struct Placement {
   std::vector<std::int64_t> logical_shape;  ///< empty: the local shape (the whole tensor)
   std::vector<std::int64_t> offset;         ///< the block's first logical index per dimension
   bool tensor_sharded = false;              ///< false: every tensor rank holds the same values
+  Tie tie = Tie::none;
 };
 
 struct ParamInfo {
@@ -43,6 +49,7 @@ struct ParamInfo {
   std::vector<std::int64_t> logical_shape;  ///< the whole tensor's shape (checkpoints hold it)
   std::vector<std::int64_t> block_offset;   ///< where the block starts in it, per dimension
   bool tensor_sharded = false;      ///< distinct blocks on the tensor ranks (else replicated)
+  Tie tie = Tie::none;              ///< a tied parameter's original or its other stage's copy
   std::size_t offset = 0;           ///< first element in the flat buffers (set by plan())
   std::size_t size = 0;             ///< product of shape
   std::size_t unit = 0;             ///< the unit (layer) it belongs to
@@ -76,8 +83,9 @@ class ParamStore {
   static constexpr std::size_t alignment = 16;
 
   /// \brief Starts a new unit; parameters added from now on belong to it. Before the first call
-  /// every parameter belongs to unit 0.
-  void begin_unit();
+  /// every parameter belongs to unit 0. A solo unit gets a bucket of its own (a tied parameter,
+  /// whose bucket must be laid out alike on the two stages that hold it).
+  void begin_unit(bool solo = false);
 
   /// \brief Registers a parameter; returns its index. Throws std::logic_error after plan() or
   /// allocate(), or for a repeated name, std::invalid_argument for a negative extent.
@@ -144,6 +152,7 @@ class ParamStore {
   std::vector<ParamInfo> infos_;
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> unit_bucket_;
+  std::vector<bool> solo_;  // per unit begun: solo or not
   std::size_t units_ = 1;
   int shards_ = 1;
   std::size_t size_ = 0;

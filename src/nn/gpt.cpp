@@ -1,0 +1,483 @@
+#include "nn/gpt.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "blas/gemm.hpp"
+#include "core/memory.hpp"
+#include "kernels/activation.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/math.hpp"
+
+namespace tessera::nn {
+
+namespace {
+
+template <class T>
+using Att = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace>;
+template <class T>
+using AttU = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+template <class T>
+Matrix<T> alloc_matrix(const std::string& what, std::size_t r, std::size_t c) {
+  return Matrix<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::" + what),
+                                      Kokkos::WithoutInitializing), r, c);
+}
+
+template <class T>
+Vector<T> alloc_vector(const std::string& what, std::size_t n) {
+  return Vector<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::" + what),
+                                      Kokkos::WithoutInitializing), n);
+}
+
+// y += x, elementwise over equal shapes.
+template <class T>
+void add_into(const ExecSpace& exec, const MatrixU<T>& y, const MatrixU<const T>& x) {
+  const T* xs = x.data();
+  T* ys = y.data();
+  Kokkos::parallel_for("tessera::nn::Gpt::add", Kokkos::RangePolicy<ExecSpace>(exec, 0, y.size()),
+                       KOKKOS_LAMBDA(const std::size_t i) { ys[i] += xs[i]; });
+}
+
+template <class T>
+VectorU<T> head(const Vector<T>& v, int n) { return VectorU<T>(v.data(), static_cast<std::size_t>(n)); }
+
+}  // namespace
+
+template <class T>
+Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
+    : shape_(shape), part_(std::move(part)), store_(&store) {
+  const int L = shape_.layers, C = shape_.width, tp = part_.tp, t = part_.t;
+  first_ = part_.first_block;
+  end_ = part_.end_block < 0 ? L : part_.end_block;
+  if (first_ < 0 || first_ >= end_ || end_ > L)
+    throw std::invalid_argument(fmt::format("tessera::nn::Gpt: blocks [{}, {}) of {}", first_, end_, L));
+  if (shape_.heads < 1 || C % shape_.heads != 0)
+    throw std::invalid_argument(fmt::format("tessera::nn::Gpt: width {} is not a multiple of heads {}", C, shape_.heads));
+  if (shape_.heads % tp != 0 || shape_.vocab % tp != 0)
+    throw std::invalid_argument(fmt::format("tessera::nn::Gpt: {} tensor ranks do not divide the {} heads "
+                                            "and the vocabulary of {}", tp, shape_.heads, shape_.vocab));
+  if (tp > 1 && !part_.tensor_sum)
+    throw std::invalid_argument("tessera::nn::Gpt: tensor parallelism needs a tensor_sum");
+  heads_local_ = shape_.heads / tp;
+  vocab_local_ = shape_.vocab / tp;
+  vocab_first_ = t * vocab_local_;
+  const std::int64_t V = shape_.vocab, Vl = vocab_local_;
+  const double std_init = 0.02, std_proj = 0.02 / std::sqrt(2.0 * L);  // GPT-2's scaled residual init
+  const Placement vocab_rows{{V, C}, {std::int64_t(t) * Vl, 0}, tp > 1, Tie::none};
+  const bool tied_across_stages = first_stage() != last_stage();
+
+  if (first_stage()) {
+    store.begin_unit(/*solo=*/true);
+    wte_unit_ = store.units() - 1;
+    Placement p = vocab_rows;
+    p.tie = tied_across_stages ? Tie::original : Tie::none;
+    wte_ = store.add("wte.weight", {Vl, C}, InitKind::normal, std_init, p);
+    store.begin_unit();
+    wpe_unit_ = store.units() - 1;
+    wpe_ = store.add("wpe.weight", {shape_.context, C}, InitKind::normal, std_init);
+  }
+  typename Linear<T>::Options column{1, false, InitKind::normal, std_init, true};
+  typename Linear<T>::Options qkv_opts = column;
+  qkv_opts.groups = 3;
+  typename Linear<T>::Options row{1, false, InitKind::normal, std_proj, true};
+  for (int i = first_; i < end_; ++i) {
+    const std::string n = fmt::format("blocks.{}", i);
+    store.begin_unit();
+    const std::size_t unit = store.units() - 1;
+    const std::size_t ln1_w = store.add(n + ".ln_1.weight", {C}, InitKind::ones);
+    const std::size_t ln1_b = store.add(n + ".ln_1.bias", {C}, InitKind::zeros);
+    Linear<T> qkv(store, n + ".attn.qkv", C, 3 * C, Split::column, tp, t, qkv_opts);
+    Linear<T> proj(store, n + ".attn.proj", C, C, Split::row, tp, t, row);
+    const std::size_t ln2_w = store.add(n + ".ln_2.weight", {C}, InitKind::ones);
+    const std::size_t ln2_b = store.add(n + ".ln_2.bias", {C}, InitKind::zeros);
+    Linear<T> fc(store, n + ".mlp.fc", C, 4 * C, Split::column, tp, t, column);
+    Linear<T> mproj(store, n + ".mlp.proj", 4 * C, C, Split::row, tp, t, row);
+    blocks_.push_back(Block{unit, ln1_w, ln1_b, ln2_w, ln2_b, qkv, proj, fc, mproj});
+  }
+  if (last_stage()) {
+    store.begin_unit();
+    lnf_unit_ = store.units() - 1;
+    lnf_w_ = store.add("ln_f.weight", {C}, InitKind::ones);
+    lnf_b_ = store.add("ln_f.bias", {C}, InitKind::zeros);
+    if (tied_across_stages) {
+      store.begin_unit(/*solo=*/true);
+      wte_copy_unit_ = store.units() - 1;
+      Placement p = vocab_rows;
+      p.tie = Tie::copy;
+      wte_copy_ = store.add("wte.weight", {Vl, C}, InitKind::normal, std_init, p);
+    }
+  }
+}
+
+template <class T>
+int Gpt<T>::input_width() const {
+  return first_stage() ? shape_.context : shape_.context * shape_.width;
+}
+
+template <class T>
+int Gpt<T>::output_width() const {
+  return shape_.context * (last_stage() ? vocab_local_ : shape_.width);
+}
+
+template <class T>
+typename Gpt<T>::Acts Gpt<T>::make_acts(const char* what) const {
+  const auto n = static_cast<std::size_t>(this->max_batch()) * static_cast<std::size_t>(shape_.context);
+  const auto C = static_cast<std::size_t>(shape_.width);
+  const auto Cl = C / static_cast<std::size_t>(part_.tp);
+  const std::string w(what);
+  Acts a;
+  a.ln1 = alloc_matrix<T>(w + ".ln1", n, C);
+  a.qkv = alloc_matrix<T>(w + ".qkv", n, 3 * Cl);
+  a.y = alloc_matrix<T>(w + ".y", n, Cl);
+  a.x1 = alloc_matrix<T>(w + ".x1", n, C);
+  a.ln2 = alloc_matrix<T>(w + ".ln2", n, C);
+  a.fc = alloc_matrix<T>(w + ".fc", n, 4 * Cl);
+  a.h = alloc_matrix<T>(w + ".h", n, 4 * Cl);
+  a.mean1 = alloc_vector<T>(w + ".mean1", n);
+  a.rstd1 = alloc_vector<T>(w + ".rstd1", n);
+  a.mean2 = alloc_vector<T>(w + ".mean2", n);
+  a.rstd2 = alloc_vector<T>(w + ".rstd2", n);
+  a.att = Att<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::" + w + ".att"),
+                                    Kokkos::WithoutInitializing),
+                 static_cast<std::size_t>(this->max_batch()), static_cast<std::size_t>(heads_local_),
+                 static_cast<std::size_t>(shape_.context), static_cast<std::size_t>(shape_.context));
+  return a;
+}
+
+template <class T>
+void Gpt<T>::add_slot() {
+  const auto B = static_cast<std::size_t>(this->max_batch());
+  const auto Tn = static_cast<std::size_t>(shape_.context), C = static_cast<std::size_t>(shape_.width);
+  const std::size_t n = B * Tn;
+  const std::size_t nb = blocks_.size();
+  Slot& s = slots_.emplace_back();
+  s.input = alloc_matrix<T>("input", B, static_cast<std::size_t>(input_width()));
+  s.x.push_back(first_stage() ? alloc_matrix<T>("x0", n, C) : Matrix<T>(s.input.data(), n, C));
+  for (std::size_t k = 0; k < nb; ++k) {
+    s.x.push_back(alloc_matrix<T>(fmt::format("blocks.{}.out", first_ + int(k)), n, C));
+    if (!part_.recompute) s.acts.push_back(make_acts(fmt::format("blocks.{}", first_ + int(k)).c_str()));
+  }
+  if (last_stage()) {
+    s.hf = alloc_matrix<T>("ln_f", n, C);
+    s.meanf = alloc_vector<T>("ln_f.mean", n);
+    s.rstdf = alloc_vector<T>("ln_f.rstd", n);
+    s.logits = alloc_matrix<T>("logits", B, Tn * static_cast<std::size_t>(vocab_local_));
+    s.dlogits = alloc_matrix<T>("dlogits", B, Tn * static_cast<std::size_t>(vocab_local_));
+  } else {
+    s.doutput = alloc_matrix<T>("doutput", B, Tn * C);
+  }
+  if (!first_stage()) s.dinput = alloc_matrix<T>("dinput", B, Tn * C);
+  if (slots_.size() == 1) {  // the shared working set, once
+    const auto Cl = C / static_cast<std::size_t>(part_.tp);
+    if (part_.recompute) work_ = make_acts("recompute");
+    dres_ = alloc_matrix<T>("dres", n, C);
+    dln_ = alloc_matrix<T>("dln", n, C);
+    d1_ = alloc_matrix<T>("d1", n, C);
+    dqkv_ = alloc_matrix<T>("dqkv", n, 3 * Cl);
+    dy_ = alloc_matrix<T>("dy", n, Cl);
+    dh_ = alloc_matrix<T>("dh", n, 4 * Cl);
+    dhf_ = alloc_matrix<T>("dhf", n, C);
+    dscores_ = Att<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::dscores"),
+                                         Kokkos::WithoutInitializing),
+                      B, static_cast<std::size_t>(heads_local_), Tn, Tn);
+    xent_ = alloc_vector<T>("xent", n * static_cast<std::size_t>(2 * part_.tp + 1));
+  }
+}
+
+template <class T>
+void Gpt<T>::clear_slots() {
+  slots_.clear();
+  work_ = Acts{};
+}
+
+template <class T>
+MatrixU<T> Gpt<T>::tokens_rows(const Matrix<T>& m, int tokens) const {
+  return MatrixU<T>(m.data(), static_cast<std::size_t>(tokens), m.extent(1));
+}
+
+template <class T>
+MatrixU<T> Gpt<T>::input(int slot) const {
+  return rows(slots_[std::size_t(slot)].input, this->batch_of(slot));
+}
+
+template <class T>
+MatrixU<T> Gpt<T>::output(int slot) const {
+  const int batch = this->batch_of(slot);
+  const Slot& s = slots_[std::size_t(slot)];
+  if (last_stage()) return rows(s.logits, batch);
+  return MatrixU<T>(s.x.back().data(), static_cast<std::size_t>(batch),
+                    static_cast<std::size_t>(output_width()));
+}
+
+template <class T>
+MatrixU<T> Gpt<T>::grad_output(int slot) const {
+  const int batch = this->batch_of(slot);
+  const Slot& s = slots_[std::size_t(slot)];
+  return rows(last_stage() ? s.dlogits : s.doutput, batch);
+}
+
+template <class T>
+MatrixU<T> Gpt<T>::grad_input(int slot) const {
+  if (first_stage()) throw std::logic_error("tessera::nn::Gpt::grad_input on the first stage");
+  return rows(slots_[std::size_t(slot)].dinput, this->batch_of(slot));
+}
+
+template <class T>
+void Gpt<T>::tensor_sum(const ExecSpace& exec, const MatrixU<T>& m) const {
+  if (part_.tp <= 1) return;
+  exec.fence();
+  part_.tensor_sum(m.data(), m.size());
+}
+
+template <class T>
+void Gpt<T>::linear_forward(const ExecSpace& exec, const Linear<T>& l, const MatrixU<const T>& x,
+                            const MatrixU<T>& y) const {
+  l.forward(exec, x, y);
+  if (l.split() == Split::row) {
+    tensor_sum(exec, y);
+    l.add_bias(exec, y);
+  }
+}
+
+template <class T>
+void Gpt<T>::embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const MatrixU<T>& x) const {
+  if (hooks_) {
+    hooks_->before_forward(wte_unit_);
+    hooks_->before_forward(wpe_unit_);
+  }
+  kernels::embedding_forward(exec, tokens, store_->value_matrix(wte_), store_->value_matrix(wpe_), x,
+                             vocab_first_, part_.t == 0);
+  tensor_sum(exec, x);  // one rank added the positions, each its vocabulary rows
+  if (hooks_) {
+    hooks_->after_forward(wpe_unit_);
+    hooks_->after_forward(wte_unit_);
+  }
+}
+
+template <class T>
+void Gpt<T>::block_forward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
+                           const Acts& a, int tokens, const MatrixU<T>& out) const {
+  const int batch = tokens / shape_.context;
+  const auto r = [&](const Matrix<T>& m) { return tokens_rows(m, tokens); };
+  const MatrixU<T> ln1 = r(a.ln1), qkv = r(a.qkv), y = r(a.y), x1 = r(a.x1), ln2 = r(a.ln2),
+                   fc = r(a.fc), h = r(a.h);
+  kernels::layernorm_forward(exec, x, store_->value(b.ln1_w), store_->value(b.ln1_b), ln1,
+                             head(a.mean1, tokens), head(a.rstd1, tokens));
+  linear_forward(exec, b.qkv, ln1, qkv);
+  const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
+  kernels::attention_forward(exec, qkv, y, att);
+  linear_forward(exec, b.proj, y, x1);
+  add_into<T>(exec, x1, x);
+  kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
+                             ln2, head(a.mean2, tokens), head(a.rstd2, tokens));
+  linear_forward(exec, b.fc, ln2, fc);
+  kernels::gelu_forward(exec, flat(fc), flat(h));
+  linear_forward(exec, b.mproj, h, out);
+  add_into<T>(exec, out, x1);
+}
+
+template <class T>
+void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
+                            const Acts& a, int tokens, const MatrixU<T>& dres) const {
+  // dres: the gradient of the block's output in, of its input out.
+  const int batch = tokens / shape_.context;
+  const auto r = [&](const Matrix<T>& m) { return tokens_rows(m, tokens); };
+  const MatrixU<T> dh = r(dh_), dln = r(dln_), d1 = r(d1_), dy = r(dy_), dqkv = r(dqkv_);
+  // MLP sub-block.
+  b.mproj.backward(exec, r(a.h), dres, dh);
+  kernels::gelu_backward(exec, flat(r(a.fc)), flat(dh), flat(dh));
+  b.fc.backward(exec, r(a.ln2), dh, dln);
+  tensor_sum(exec, dln);
+  kernels::layernorm_backward(exec, r(a.x1), store_->value(b.ln2_w), head(a.mean2, tokens),
+                              head(a.rstd2, tokens), dln, d1, store_->grad(b.ln2_w), store_->grad(b.ln2_b));
+  add_into<T>(exec, d1, dres);  // d1: the gradient of x1
+  // Attention sub-block.
+  b.proj.backward(exec, r(a.y), d1, dy);
+  const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
+  const AttU<T> ds(dscores_.data(), std::size_t(batch), dscores_.extent(1), dscores_.extent(2),
+                   dscores_.extent(3));
+  kernels::attention_backward(exec, r(a.qkv), att, dy, dqkv, ds);
+  b.qkv.backward(exec, r(a.ln1), dqkv, dln);
+  tensor_sum(exec, dln);
+  kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), head(a.mean1, tokens),
+                              head(a.rstd1, tokens), dln, dres, store_->grad(b.ln1_w), store_->grad(b.ln1_b));
+  add_into<T>(exec, dres, d1);
+}
+
+template <class T>
+void Gpt<T>::head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& hf,
+                          const VectorU<T>& mean, const VectorU<T>& rstd,
+                          const MatrixU<T>& logits) const {
+  if (hooks_) hooks_->before_forward(lnf_unit_);
+  kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), hf, mean, rstd);
+  if (hooks_) {
+    hooks_->after_forward(lnf_unit_);
+    hooks_->before_forward(head_unit());
+  }
+  const MatrixU<T> w = store_->value_matrix(head_weight());
+  blas::gemm(exec, blas::Op::N, blas::Op::T, int(x.extent(0)), vocab_local_, shape_.width, T(1),
+             hf.data(), shape_.width, w.data(), shape_.width, T(0), logits.data(), vocab_local_);
+  if (hooks_) hooks_->after_forward(head_unit());
+}
+
+template <class T>
+void Gpt<T>::forward(const ExecSpace& exec, int slot) {
+  ScopedRegion region("tessera::nn::Gpt::forward");
+  const int batch = this->batch_of(slot);
+  const int tokens = batch * shape_.context;
+  Slot& s = slots_[std::size_t(slot)];
+  if (first_stage()) embed(exec, rows(s.input, batch), tokens_rows(s.x[0], tokens));
+  for (std::size_t k = 0; k < blocks_.size(); ++k) {
+    const Block& b = blocks_[k];
+    if (hooks_) hooks_->before_forward(b.unit);
+    block_forward(exec, b, tokens_rows(s.x[k], tokens), part_.recompute ? work_ : s.acts[k], tokens,
+                  tokens_rows(s.x[k + 1], tokens));
+    if (hooks_) hooks_->after_forward(b.unit);
+  }
+  if (last_stage())
+    head_forward(exec, tokens_rows(s.x.back(), tokens), tokens_rows(s.hf, tokens), head(s.meanf, tokens),
+                 head(s.rstdf, tokens), MatrixU<T>(s.logits.data(), std::size_t(tokens), std::size_t(vocab_local_)));
+}
+
+template <class T>
+void Gpt<T>::backward(const ExecSpace& exec, int slot) {
+  ScopedRegion region("tessera::nn::Gpt::backward");
+  const int batch = this->batch_of(slot);
+  const int tokens = batch * shape_.context;
+  const std::size_t n = std::size_t(tokens), C = std::size_t(shape_.width);
+  Slot& s = slots_[std::size_t(slot)];
+  const MatrixU<T> dres = tokens_rows(dres_, tokens);
+  if (last_stage()) {
+    // Head: dW_head += dlogits^T hf, dhf = dlogits W_head (a partial sum over the vocabulary).
+    const MatrixU<T> dlogits(s.dlogits.data(), n, std::size_t(vocab_local_));
+    const MatrixU<T> hf = tokens_rows(s.hf, tokens), dhf = tokens_rows(dhf_, tokens);
+    if (hooks_) hooks_->before_backward(head_unit());
+    const MatrixU<T> w = store_->value_matrix(head_weight()), dw = store_->grad_matrix(head_weight());
+    blas::gemm(exec, blas::Op::T, blas::Op::N, vocab_local_, shape_.width, tokens, T(1), dlogits.data(),
+               vocab_local_, hf.data(), shape_.width, T(1), dw.data(), shape_.width);
+    blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, shape_.width, vocab_local_, T(1), dlogits.data(),
+               vocab_local_, w.data(), shape_.width, T(0), dhf.data(), shape_.width);
+    // On a single stage the head shares its unit with the embedding, whose backward ends it.
+    if (hooks_ && wte_copy_unit_ != npos) hooks_->after_backward(wte_copy_unit_);
+    tensor_sum(exec, dhf);
+    if (hooks_) hooks_->before_backward(lnf_unit_);
+    kernels::layernorm_backward(exec, tokens_rows(s.x.back(), tokens), store_->value(lnf_w_),
+                                head(s.meanf, tokens), head(s.rstdf, tokens), dhf, dres,
+                                store_->grad(lnf_w_), store_->grad(lnf_b_));
+    if (hooks_) hooks_->after_backward(lnf_unit_);
+  } else {
+    Kokkos::deep_copy(exec, dres, MatrixU<T>(s.doutput.data(), n, C));
+  }
+  for (std::size_t k = blocks_.size(); k-- > 0;) {
+    const Block& b = blocks_[k];
+    if (hooks_) hooks_->before_backward(b.unit);
+    const MatrixU<const T> x = tokens_rows(s.x[k], tokens);
+    if (part_.recompute) {
+      block_forward(exec, b, x, work_, tokens, tokens_rows(d1_, tokens));  // output unused
+      block_backward(exec, b, x, work_, tokens, dres);
+    } else {
+      block_backward(exec, b, x, s.acts[k], tokens, dres);
+    }
+    if (hooks_) hooks_->after_backward(b.unit);
+  }
+  if (first_stage()) {
+    if (hooks_) {
+      hooks_->before_backward(wpe_unit_);
+      hooks_->before_backward(wte_unit_);
+    }
+    kernels::embedding_backward(exec, rows(s.input, batch), MatrixU<const T>(dres),
+                                store_->grad_matrix(wte_), store_->grad_matrix(wpe_), vocab_first_);
+    if (hooks_) {
+      hooks_->after_backward(wpe_unit_);
+      hooks_->after_backward(wte_unit_);
+    }
+  } else {
+    Kokkos::deep_copy(exec, MatrixU<T>(s.dinput.data(), n, C), dres);
+  }
+}
+
+template <class T>
+LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
+                      MatrixU<const T> /*targets*/, T scale) {
+  const int batch = this->batch_of(slot);
+  const auto n = static_cast<Index>(batch) * shape_.context;
+  const Slot& s = slots_[std::size_t(slot)];
+  const Index Vl = vocab_local_, first = vocab_first_, tp = part_.tp, t = part_.t;
+  if (Index(labels.extent(0)) != n)
+    throw std::invalid_argument(fmt::format("tessera::nn::Gpt::loss: {} labels for {} positions",
+                                            labels.extent(0), n));
+  const MatrixU<const T> logits(s.logits.data(), std::size_t(n), std::size_t(Vl));
+  const MatrixU<T> dlogits(s.dlogits.data(), std::size_t(n), std::size_t(Vl));
+  // xent: [tp][n][2] (max, sum of exp(l - max)) of each rank's vocabulary rows, then [n] the
+  // target's logit (from the rank that holds it): summed over the group, zeros elsewhere.
+  const VectorU<T> buf(xent_.data(), std::size_t(n * (2 * tp + 1)));
+  Kokkos::deep_copy(exec, buf, T(0));
+  Kokkos::parallel_for(
+      "tessera::nn::Gpt::loss::local", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
+      KOKKOS_LAMBDA(const Index i) {
+        T m = logits(i, 0);
+        for (Index v = 1; v < Vl; ++v) m = logits(i, v) > m ? logits(i, v) : m;
+        T sum = T(0);
+        for (Index v = 0; v < Vl; ++v) sum += math::exp(logits(i, v) - m);
+        buf((t * n + i) * 2) = m;
+        buf((t * n + i) * 2 + 1) = sum;
+        const Index target = Index(labels(i)) - first;
+        if (target >= 0 && target < Vl) buf(tp * n * 2 + i) = logits(i, target);
+      });
+  if (tp > 1) {
+    exec.fence();
+    part_.tensor_sum(buf.data(), buf.size());
+  }
+  // Every rank now knows each row's global max M, sum S = sum_r s_r exp(m_r - M), target logit.
+  const T per_token = scale / T(shape_.context);
+  Kokkos::parallel_for(
+      "tessera::nn::Gpt::loss::grad",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(exec, {0, 0}, {n, Vl}),
+      KOKKOS_LAMBDA(const Index i, const Index v) {
+        T M = buf(i * 2);
+        for (Index r = 1; r < tp; ++r) M = buf((r * n + i) * 2) > M ? buf((r * n + i) * 2) : M;
+        T S = T(0);
+        for (Index r = 0; r < tp; ++r) S += buf((r * n + i) * 2 + 1) * math::exp(buf((r * n + i) * 2) - M);
+        const T p = math::exp(logits(i, v) - M) / S;
+        dlogits(i, v) = per_token * (p - (Index(labels(i)) == v + first ? T(1) : T(0)));
+      });
+  double loss_sum = 0.0, correct = 0.0;
+  Kokkos::parallel_reduce(
+      "tessera::nn::Gpt::loss::sum", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
+      KOKKOS_LAMBDA(const Index i, double& l, double& c) {
+        T M = buf(i * 2);
+        for (Index r = 1; r < tp; ++r) M = buf((r * n + i) * 2) > M ? buf((r * n + i) * 2) : M;
+        T S = T(0);
+        for (Index r = 0; r < tp; ++r) S += buf((r * n + i) * 2 + 1) * math::exp(buf((r * n + i) * 2) - M);
+        const T target = buf(tp * n * 2 + i);
+        l += double(math::log(S) + M - target);
+        c += target >= M ? 1.0 : 0.0;
+      },
+      loss_sum, correct);
+  return {loss_sum / shape_.context, correct / shape_.context};
+}
+
+template <class T>
+void Gpt<T>::next_token_logits(const ExecSpace& exec, int slot, int positions, const MatrixU<T>& out) {
+  if (!first_stage() || !last_stage())
+    throw std::logic_error("tessera::nn::Gpt::next_token_logits needs the whole model on one stage");
+  forward(exec, slot);  // causal: positions after `positions` do not change the earlier logits
+  const int batch = this->batch_of(slot);
+  const Slot& s = slots_[std::size_t(slot)];
+  const Index Vl = vocab_local_, T_ = shape_.context, p = positions - 1;
+  const MatrixU<const T> logits(s.logits.data(), std::size_t(batch) * std::size_t(T_), std::size_t(Vl));
+  Kokkos::parallel_for(
+      "tessera::nn::Gpt::next_token_logits",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(exec, {0, 0}, {Index(batch), Vl}),
+      KOKKOS_LAMBDA(const Index b, const Index v) { out(b, v) = logits(b * T_ + p, v); });
+}
+
+template class Gpt<float>;
+template class Gpt<double>;
+
+}  // namespace tessera::nn

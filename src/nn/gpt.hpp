@@ -1,0 +1,154 @@
+#pragma once
+// A GPT-2-style decoder-only transformer over a byte (or any) vocabulary:
+//   x = wte[tokens] + wpe[positions]
+//   per block:  x = x + attn.proj(attention(attn.qkv(ln_1(x))))     (causal multi-head)
+//               x = x + mlp.proj(gelu(mlp.fc(ln_2(x))))               (4x wider MLP)
+//   logits = ln_f(x) wte^T                                            (head tied to wte)
+// Loss: mean cross-entropy of the next token over the T positions of a sample.
+//
+// Parameter names (logical shapes; docs/models.md maps them onto PyTorch):
+//   wte.weight [V, C], wpe.weight [T, C], ln_f.weight/bias [C],
+//   blocks.{i}.ln_1.weight/bias [C], blocks.{i}.attn.qkv.weight [3, C, C] and .bias [3, C]
+//   (q, k, v: [3C, C] of nn.Linear reshaped), blocks.{i}.attn.proj.weight [C, C] / .bias [C],
+//   blocks.{i}.ln_2.weight/bias [C], blocks.{i}.mlp.fc.weight [4C, C] / .bias [4C],
+//   blocks.{i}.mlp.proj.weight [C, 4C] / .bias [C].
+//
+// Tensor parallelism (Megatron): each tensor rank holds heads/tp heads (qkv column-parallel,
+// proj row-parallel) and a quarter... of the MLP's hidden width (fc column-, proj row-parallel):
+// one sum over the tensor group per sub-block forward and one backward. The vocabulary splits
+// too: rank t holds rows [t V/tp, (t+1) V/tp) of wte, the embedding sums its partial lookups
+// over the group, and the loss is a vocabulary-parallel cross-entropy that exchanges per-row
+// maxima, sums and target logits (3 numbers a row), never the logits.
+//
+// Pipeline parallelism cuts between blocks: stage 0 holds the embeddings, the last stage ln_f
+// and the head. With more than one stage the last holds its own copy of wte (Tie::copy), kept
+// equal to stage 0's by summing their gradients (DataParallel) and updating both alike.
+//
+// Units (what hooks and ZeRO see): wte (alone in its bucket), wpe, one per block, ln_f, and on
+// a last stage that is not the first, the copy of wte.
+//
+// Activations: with recompute off, a slot keeps every block's intermediate tensors; with it on,
+// only each block's input, and backward recomputes the block's forward into one shared set.
+#include <functional>
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "nn/linear.hpp"
+#include "nn/network.hpp"
+#include "nn/param_store.hpp"
+
+namespace tessera::nn {
+
+struct GptShape {
+  int vocab = 256;
+  int context = 128;  ///< T
+  int width = 256;    ///< C
+  int heads = 4;
+  int layers = 4;     ///< blocks
+};
+
+template <class T>
+class Gpt : public Network<T> {
+ public:
+  struct Part {
+    int first_block = 0;
+    int end_block = -1;  ///< -1: to the last block
+    int tp = 1, t = 0;
+    std::function<void(T*, std::size_t)> tensor_sum;  ///< sum over the tensor group (tp > 1)
+    bool recompute = false;
+  };
+
+  /// \brief Registers the part's parameters in `store` (before store.plan()).
+  Gpt(ParamStore<T>& store, const GptShape& shape, Part part = {});
+
+  const GptShape& shape() const { return shape_; }
+  bool first_stage() const override { return first_ == 0; }
+  bool last_stage() const override { return end_ == shape_.layers; }
+  /// First stage: T token ids (as floats) per sample; else T*C activations.
+  int input_width() const override;
+  /// Last stage: T * V/tp logits per sample; else T*C activations.
+  int output_width() const override;
+  int label_width() const override { return shape_.context; }
+
+  MatrixU<T> input(int slot) const override;
+  MatrixU<T> output(int slot) const override;
+  MatrixU<T> grad_output(int slot) const override;
+  MatrixU<T> grad_input(int slot) const override;
+
+  void forward(const ExecSpace& exec, int slot) override;
+  void backward(const ExecSpace& exec, int slot) override;
+
+  /// \brief Vocabulary-parallel cross-entropy of the next token: labels (B*T), loss per sample
+  /// the mean over its T positions, accuracy likewise (argmax = target); dlogits = scale/T *
+  /// (softmax - onehot). Collective over the tensor group.
+  LossSums loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
+                MatrixU<const T> targets, T scale) override;
+
+  /// \brief Forward of the slot's first `positions` tokens only (generation: B rows of T token
+  /// ids, of which the first `positions` are read) and the logits of position positions-1 of
+  /// every row into out (B, V/tp). Needs the whole model on this rank's stage (pp = 1).
+  void next_token_logits(const ExecSpace& exec, int slot, int positions, const MatrixU<T>& out);
+
+ protected:
+  void add_slot() override;
+  void clear_slots() override;
+
+ private:
+  // One block's saved tensors ((B*T) rows each, B = max batch): the input of each sub-layer
+  // and what backward needs.
+  struct Acts {
+    Matrix<T> ln1, qkv, y, x1, ln2, fc, h;
+    Vector<T> mean1, rstd1, mean2, rstd2;
+    Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> att;
+  };
+  struct Block {
+    std::size_t unit = 0;
+    std::size_t ln1_w = 0, ln1_b = 0, ln2_w = 0, ln2_b = 0;
+    Linear<T> qkv, proj, fc, mproj;
+  };
+  struct Slot {
+    Matrix<T> input;           // (B, input_width)
+    std::vector<Matrix<T>> x;  // blocks+1 of (B*T, C): x[0] the stage's input activations
+    std::vector<Acts> acts;    // per block, without recompute
+    Matrix<T> hf, logits, dlogits, doutput, dinput;
+    Vector<T> meanf, rstdf;
+  };
+  using Network<T>::rows;
+  using Network<T>::hooks_;
+
+  Acts make_acts(const char* what) const;
+  MatrixU<T> tokens_rows(const Matrix<T>& m, int tokens) const;
+  void block_forward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
+                     const Acts& a, int tokens, const MatrixU<T>& out) const;
+  void block_backward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
+                      const Acts& a, int tokens, const MatrixU<T>& dres) const;
+  void linear_forward(const ExecSpace& exec, const Linear<T>& l, const MatrixU<const T>& x,
+                      const MatrixU<T>& y) const;
+  void tensor_sum(const ExecSpace& exec, const MatrixU<T>& m) const;
+  void embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const MatrixU<T>& x) const;
+  void head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& hf,
+                    const VectorU<T>& mean, const VectorU<T>& rstd, const MatrixU<T>& logits) const;
+  std::size_t head_unit() const { return wte_copy_unit_ != npos ? wte_copy_unit_ : wte_unit_; }
+  std::size_t head_weight() const { return wte_copy_ != npos ? wte_copy_ : wte_; }
+
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  GptShape shape_;
+  Part part_;
+  int first_ = 0, end_ = 0;
+  int heads_local_ = 0, vocab_local_ = 0, vocab_first_ = 0;
+  ParamStore<T>* store_;
+  std::vector<Block> blocks_;
+  std::size_t wte_ = npos, wpe_ = npos, wte_copy_ = npos, lnf_w_ = npos, lnf_b_ = npos;
+  std::size_t wte_unit_ = npos, wpe_unit_ = npos, lnf_unit_ = npos, wte_copy_unit_ = npos;
+  std::vector<Slot> slots_;
+  // Shared by every slot: backward's working buffers and, with recompute, one block's tensors.
+  Acts work_;
+  Matrix<T> dres_, dln_, d1_, dqkv_, dy_, dh_, dhf_;
+  Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> dscores_;
+  Vector<T> xent_;  // loss: per-row (max, sum) of every tensor rank, then the target logits
+};
+
+extern template class Gpt<float>;
+extern template class Gpt<double>;
+
+}  // namespace tessera::nn

@@ -1,0 +1,187 @@
+// The GPT model as a whole: every parameter's gradient against finite differences of the loss in
+// double precision; recomputation equal to keeping every activation; a model cut into two
+// pipeline stages (run one after the other in this process) equal to the whole; GPT-2 names.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "gradient_check.hpp"
+#include "kernel_test_util.hpp"
+#include "kernels/reduce.hpp"
+#include "nn/gpt.hpp"
+#include "nn/param_store.hpp"
+
+namespace {
+
+using namespace tessera;
+using tessera::test::expect_gradient;
+using tessera::test::Flat;
+using tessera::test::to_device;
+using tessera::test::to_host;
+
+const nn::GptShape kTiny{8, 5, 8, 2, 2};  // vocab 8, context 5, width 8, 2 heads, 2 blocks
+
+struct Batch {
+  std::vector<double> tokens;       // (B, T) as floats
+  std::vector<std::int32_t> labels; // (B*T)
+};
+
+Batch make_batch(int batch, const nn::GptShape& s, std::uint32_t seed) {
+  Batch b;
+  std::uint32_t x = seed;
+  const auto next = [&] { x = x * 1664525u + 1013904223u; return int((x >> 16) % unsigned(s.vocab)); };
+  for (int i = 0; i < batch * s.context; ++i) b.tokens.push_back(next());
+  for (int i = 0; i < batch * s.context; ++i) b.labels.push_back(next());
+  return b;
+}
+
+/// Loss (times scale) of one forward; leaves dlogits in the slot when with_grad.
+template <class T>
+double run_loss(nn::Gpt<T>& gpt, int slot, const Batch& b, double scale) {
+  const ExecSpace exec;
+  const MatrixU<T> in = gpt.input(slot);
+  auto h = Kokkos::create_mirror_view(in);
+  for (std::size_t i = 0; i < b.tokens.size(); ++i) h.data()[i] = T(b.tokens[i]);
+  Kokkos::deep_copy(in, h);
+  gpt.forward(exec, slot);
+  const Vector<std::int32_t> labels = to_device(b.labels);
+  const auto r = gpt.loss(exec, slot, labels, MatrixU<const T>(), T(scale));
+  return scale * r.loss;
+}
+
+TEST(Gpt, GradientsMatchFiniteDifferences) {
+  const ExecSpace exec;
+  nn::ParamStore<double> store;
+  nn::Gpt<double> gpt(store, kTiny);
+  store.allocate();
+  store.initialize(exec, 5);
+  // Larger than GPT-2's 0.02 so that every term matters in the differences.
+  for (std::size_t p = 0; p < store.infos().size(); ++p)
+    if (store.infos()[p].init == nn::InitKind::normal) tessera::kernels::scale(exec, store.value(p), 20.0);
+  const int batch = 2;
+  gpt.reserve(batch);
+  const int slot = gpt.acquire(batch);
+  const Batch b = make_batch(batch, kTiny, 3);
+  const double scale = 1.0 / batch;
+  store.zero_grads(exec);
+  run_loss(gpt, slot, b, scale);
+  gpt.backward(exec, slot);
+  const std::vector<double> grads = to_host(store.grads());
+  const auto loss = [&] { return run_loss(gpt, slot, b, scale); };
+  for (const auto& info : store.infos()) {
+    SCOPED_TRACE(info.name);
+    const std::vector<double> g(grads.begin() + long(info.offset), grads.begin() + long(info.offset + info.size));
+    expect_gradient(info.name.c_str(), Flat(store.values().data() + info.offset, info.size), g, loss);
+  }
+}
+
+TEST(Gpt, NamesFollowGpt2) {
+  nn::ParamStore<float> store;
+  nn::Gpt<float> gpt(store, kTiny);
+  std::vector<std::string> names;
+  for (const auto& info : store.infos()) names.push_back(info.name);
+  const std::vector<std::string> want_first{"wte.weight", "wpe.weight", "blocks.0.ln_1.weight",
+                                            "blocks.0.ln_1.bias", "blocks.0.attn.qkv.weight",
+                                            "blocks.0.attn.qkv.bias", "blocks.0.attn.proj.weight",
+                                            "blocks.0.attn.proj.bias", "blocks.0.ln_2.weight",
+                                            "blocks.0.ln_2.bias", "blocks.0.mlp.fc.weight",
+                                            "blocks.0.mlp.fc.bias", "blocks.0.mlp.proj.weight",
+                                            "blocks.0.mlp.proj.bias"};
+  ASSERT_GE(names.size(), want_first.size());
+  for (std::size_t i = 0; i < want_first.size(); ++i) EXPECT_EQ(names[i], want_first[i]);
+  EXPECT_EQ(names.back(), "ln_f.bias");
+  EXPECT_EQ(store.infos()[4].logical_shape, (std::vector<std::int64_t>{3, 8, 8}));
+  EXPECT_EQ(store.infos()[12].logical_shape, (std::vector<std::int64_t>{8, 32}));
+}
+
+/// Losses and every gradient of `a` and `b` after the same batch; equal within tol (relative).
+void expect_same_run(nn::ParamStore<float>& sa, nn::Gpt<float>& a, nn::ParamStore<float>& sb,
+                     nn::Gpt<float>& b, double tol) {
+  const ExecSpace exec;
+  const Batch batch = make_batch(3, kTiny, 11);
+  for (auto* s : {&sa, &sb}) s->zero_grads(exec);
+  const int ia = a.acquire(3), ib = b.acquire(3);
+  const double la = run_loss(a, ia, batch, 1.0 / 3), lb = run_loss(b, ib, batch, 1.0 / 3);
+  a.backward(exec, ia);
+  b.backward(exec, ib);
+  EXPECT_NEAR(la, lb, tol * std::abs(la));
+  const auto ga = to_host(sa.grads()), gb = to_host(sb.grads());
+  ASSERT_EQ(ga.size(), gb.size());
+  for (std::size_t i = 0; i < ga.size(); ++i) EXPECT_NEAR(ga[i], gb[i], tol * (1e-3 + std::abs(ga[i]))) << i;
+  a.release(ia);
+  b.release(ib);
+}
+
+TEST(Gpt, RecomputeEqualsKeepingActivations) {
+  const ExecSpace exec;
+  nn::ParamStore<float> s1, s2;
+  nn::Gpt<float> keep(s1, kTiny);
+  nn::Gpt<float>::Part part;
+  part.recompute = true;
+  nn::Gpt<float> recompute(s2, kTiny, part);
+  for (auto* s : {&s1, &s2}) {
+    s->allocate();
+    s->initialize(exec, 9);
+  }
+  keep.reserve(3);
+  recompute.reserve(3);
+  expect_same_run(s1, keep, s2, recompute, 0.0);  // the same arithmetic, bit for bit
+}
+
+TEST(Gpt, TwoStagesEqualTheWhole) {
+  const ExecSpace exec;
+  nn::ParamStore<float> whole_store, s0, s1;
+  nn::Gpt<float> whole(whole_store, kTiny);
+  nn::Gpt<float>::Part p0, p1;
+  p0.end_block = 1;
+  p1.first_block = 1;
+  nn::Gpt<float> first(s0, kTiny, p0), last(s1, kTiny, p1);
+  for (auto* s : {&whole_store, &s0, &s1}) {
+    s->allocate();
+    s->initialize(exec, 4);
+    s->zero_grads(exec);
+  }
+  EXPECT_EQ(s1.infos().back().name, "wte.weight");
+  EXPECT_EQ(s1.infos().back().tie, nn::Tie::copy);
+  EXPECT_EQ(s0.infos().front().tie, nn::Tie::original);
+  for (auto* g : {&whole, &first, &last}) g->reserve(3);
+  const Batch batch = make_batch(3, kTiny, 11);
+  const int w = whole.acquire(3), a = first.acquire(3), b = last.acquire(3);
+  const double lw = run_loss(whole, w, batch, 1.0 / 3);
+  whole.backward(exec, w);
+  // Stage 0 forward, its output into stage 1's input, stage 1 loss and backward, back again.
+  {
+    const MatrixU<float> in = first.input(a);
+    auto h = Kokkos::create_mirror_view(in);
+    for (std::size_t i = 0; i < batch.tokens.size(); ++i) h.data()[i] = float(batch.tokens[i]);
+    Kokkos::deep_copy(in, h);
+  }
+  first.forward(exec, a);
+  Kokkos::deep_copy(last.input(b), first.output(a));
+  last.forward(exec, b);
+  const auto r = last.loss(exec, b, to_device(batch.labels), MatrixU<const float>(), 1.0f / 3);
+  last.backward(exec, b);
+  Kokkos::deep_copy(first.grad_output(a), last.grad_input(b));
+  first.backward(exec, a);
+  EXPECT_NEAR(r.loss / 3, lw, 1e-6 * lw);
+  // Every parameter's gradient: the tied embedding's is the sum of both stages' (DataParallel sums
+  // them in a run).
+  for (const auto& info : whole_store.infos()) {
+    SCOPED_TRACE(info.name);
+    std::vector<float> split;
+    if (info.name == "wte.weight") {
+      const auto g0 = to_host(s0.grad(s0.find(info.name))), g1 = to_host(s1.grad(s1.find(info.name)));
+      for (std::size_t i = 0; i < g0.size(); ++i) split.push_back(g0[i] + g1[i]);
+    } else {
+      auto& s = info.name.rfind("blocks.1", 0) == 0 || info.name.rfind("ln_f", 0) == 0 ? s1 : s0;
+      split = to_host(s.grad(s.find(info.name)));
+    }
+    const auto g = to_host(whole_store.grad(whole_store.find(info.name)));
+    ASSERT_EQ(g.size(), split.size());
+    for (std::size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], split[i], 1e-5 * (1e-3 + std::abs(g[i])));
+  }
+}
+
+}  // namespace
