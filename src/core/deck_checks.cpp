@@ -80,15 +80,30 @@ void resolve_layout(Config& cfg, int world_size) {
   if (world_size < 1) fail("parallel", fmt::format("the world has {} ranks; need at least 1", world_size));
 
   // How the model splits: known from the deck before any rank builds a model.
-  const int layers = static_cast<int>(cfg.model.hidden.size()) + 1;
-  for (std::size_t i = 0; i < cfg.model.hidden.size(); ++i)
-    if (cfg.model.hidden[i] % p.tensor != 0)
-      fail("parallel.tensor", fmt::format("{} tensor ranks do not divide model.hidden[{}] = {}; "
-                                          "every hidden width must be a multiple of parallel.tensor",
-                                          p.tensor, i, cfg.model.hidden[i]));
+  const bool gpt = cfg.model.kind == ModelKind::gpt;
+  const int layers = gpt ? cfg.model.layers : static_cast<int>(cfg.model.hidden.size()) + 1;
+  if (gpt) {
+    const auto& m = cfg.model;
+    if (m.width % m.heads != 0)
+      fail("model.width", fmt::format("{} is not a multiple of model.heads = {}", m.width, m.heads));
+    if (m.heads % p.tensor != 0)
+      fail("parallel.tensor", fmt::format("{} tensor ranks do not divide the {} attention heads "
+                                          "(model.heads); each tensor rank holds whole heads",
+                                          p.tensor, m.heads));
+  } else {
+    for (std::size_t i = 0; i < cfg.model.hidden.size(); ++i)
+      if (cfg.model.hidden[i] % p.tensor != 0)
+        fail("parallel.tensor", fmt::format("{} tensor ranks do not divide model.hidden[{}] = {}; "
+                                            "every hidden width must be a multiple of parallel.tensor",
+                                            p.tensor, i, cfg.model.hidden[i]));
+  }
+  if (cfg.train.recompute && !gpt)
+    fail("train.recompute", fmt::format("recomputation works on transformer blocks; model.kind = \"{}\" "
+                                        "has none (set train.recompute = false)", to_string(cfg.model.kind)));
   if (p.pipeline > layers)
-    fail("parallel.pipeline", fmt::format("{} stages for a model of {} layers; at most one stage per "
-                                          "layer (set parallel.pipeline <= {})", p.pipeline, layers, layers));
+    fail("parallel.pipeline", fmt::format("{} stages for a model of {} {}; at most one stage per "
+                                          "{} (set parallel.pipeline <= {})", p.pipeline, layers,
+                                          gpt ? "blocks" : "layers", gpt ? "block" : "layer", layers));
   if (!p.stages.empty()) {
     int sum = 0;
     for (int n : p.stages) sum += n;

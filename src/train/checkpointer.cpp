@@ -173,7 +173,8 @@ std::string Checkpointer::save(const Model& model, const DataParallel& dp,
       empty.count.assign(empty.shape.size(), 0);
       return empty;
     };
-    const bool mine = i < store.infos().size();
+    // The last stage's copy of a tied parameter is written by the first stage's original.
+    const bool mine = i < store.infos().size() && store.infos()[i].tie != nn::Tie::copy;
     const std::string model_path = "model/" + logical.name;
     c.tensors.push_back(mine ? slab(model_path, i, h_values.data(), sharded_values ? h_values.data() : nullptr)
                              : none(model_path));

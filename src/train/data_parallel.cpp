@@ -154,6 +154,28 @@ void DataParallel::after_backward(std::size_t unit) {
   poll();
 }
 
+void DataParallel::sum_tied_gradients(const ExecSpace& exec) {
+  const int stages = comm_.size(Group::pipeline);
+  for (const auto& info : store_.infos()) {
+    if (info.tie == nn::Tie::none || stages == 1) continue;
+    // The tied parameter is alone in its bucket on both stages, so the two buckets (and their
+    // shards) are laid out alike: sum them element by element. a + b on one side and b + a on
+    // the other give the same bits.
+    const nn::Bucket& b = store_.buckets()[info.bucket];
+    float* g = zero_ == 0 ? store_.grads().data() + b.offset : grad_shard_.data() + b.shard_offset;
+    const std::size_t n = zero_ == 0 ? b.length : b.chunk;
+    if (tied_recv_.extent(0) < n)
+      tied_recv_ = Vector<float>(mem::label(mem::Category::comm, "tessera::DataParallel::tied"), n);
+    const int partner = info.tie == nn::Tie::original ? stages - 1 : 0;
+    const int tag = (1 << 20) + 1;
+    PendingOp send = comm_.isend(g, n, partner, tag, Group::pipeline);
+    comm_.recv(tied_recv_.data(), n, partner, tag, Group::pipeline);
+    send.wait();
+    accumulate(exec, VectorU<float>(g, n), VectorU<float>(tied_recv_.data(), n));
+    exec.fence();
+  }
+}
+
 void DataParallel::bucket_ready(std::size_t b) {
   if (!sync_) return;  // no-sync: accumulate locally until the last micro-batch
   exec_.fence();
@@ -233,6 +255,7 @@ double DataParallel::finish_step(const ExecSpace& exec, double lr) {
   end_backward(exec);
   wait_all();
   exec.fence();
+  sum_tied_gradients(exec);
   const double t1 = StepTimer::now();
 
   // The global gradient norm: the sum of squares of every parameter's logical gradient once. The
@@ -243,11 +266,12 @@ double DataParallel::finish_step(const ExecSpace& exec, double lr) {
   double squares = 0.0;
   if (zero_ == 0) {
     for (std::size_t i = 0; i < store_.infos().size(); ++i)
-      if (tensor_root || store_.infos()[i].tensor_sharded)
+      if ((tensor_root || store_.infos()[i].tensor_sharded) && store_.infos()[i].tie != nn::Tie::copy)
         squares += kernels::sum_squares(exec, store_.grad(i));
   } else {
     for (const auto& piece : shard_pieces())
-      if (piece.end > piece.begin && (tensor_root || store_.infos()[piece.param].tensor_sharded))
+      if (piece.end > piece.begin && (tensor_root || store_.infos()[piece.param].tensor_sharded) &&
+          store_.infos()[piece.param].tie != nn::Tie::copy)
         squares += kernels::sum_squares(
             exec, VectorU<float>(grad_shard_.data() + piece.shard_offset, piece.end - piece.begin));
     comm_.allreduce_sum(&squares, 1, Group::data);

@@ -90,6 +90,8 @@ class DataParallel final : public nn::LayerHooks {
   void wait_all();
   void gather(std::size_t b);
   void release_values(std::size_t b);
+  /// Sums a tied parameter's gradient (the first stage's original, the last stage's copy).
+  void sum_tied_gradients(const ExecSpace& exec);
 
   const Config& cfg_;
   const Communicator& comm_;
@@ -102,6 +104,7 @@ class DataParallel final : public nn::LayerHooks {
   Vector<float> value_shard_;  // zero 3
   Vector<float> grad_shard_;   // zero >= 1
   Vector<float> recv_;         // zero >= 1 accumulating: each bucket's chunk of this micro-batch
+  Vector<float> tied_recv_;    // the other stage's gradient of a tied parameter
   double hook_comm_s_ = 0.0, last_comm_s_ = 0.0, last_update_s_ = 0.0;
   std::size_t last_started_ = static_cast<std::size_t>(-1);  // the newest exchange started
 };

@@ -1,16 +1,31 @@
 #include "train/model.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
+#include "core/error.hpp"
+#include "nn/gpt.hpp"
 #include "nn/mlp.hpp"
 
 namespace tessera {
 
 std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape) {
-  std::vector<std::int64_t> widths{shape.in_features};
-  widths.insert(widths.end(), cfg.model.hidden.begin(), cfg.model.hidden.end());
-  widths.push_back(shape.outputs);
-  const int layers = static_cast<int>(widths.size()) - 1, stages = cfg.parallel.pipeline;
+  // Each pipeline-cuttable layer's multiply-adds per sample: linear layers for an MLP, blocks
+  // for a GPT (the embedding's cost is a lookup; the head's is added to the last block).
+  std::vector<double> cost;
+  if (cfg.model.kind == ModelKind::gpt) {
+    const double C = cfg.model.width, T = cfg.model.context;
+    for (int i = 0; i < cfg.model.layers; ++i) cost.push_back(T * (12.0 * C * C + T * C));
+    cost.back() += T * C * static_cast<double>(shape.outputs);
+  } else {
+    std::vector<std::int64_t> widths{shape.in_features};
+    widths.insert(widths.end(), cfg.model.hidden.begin(), cfg.model.hidden.end());
+    widths.push_back(shape.outputs);
+    for (std::size_t i = 0; i + 1 < widths.size(); ++i)
+      cost.push_back(static_cast<double>(widths[i] * widths[i + 1]));
+  }
+  const int layers = static_cast<int>(cost.size()), stages = cfg.parallel.pipeline;
   std::vector<int> bounds{0};
   if (!cfg.parallel.stages.empty()) {
     for (int n : cfg.parallel.stages) bounds.push_back(bounds.back() + n);
@@ -18,8 +33,7 @@ std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape) {
   }
   // Contiguous stages minimising the costliest one (multiply-adds per sample): a small DP.
   std::vector<double> prefix{0.0};
-  for (int i = 0; i < layers; ++i)
-    prefix.push_back(prefix.back() + static_cast<double>(widths[i] * widths[i + 1]));
+  for (int i = 0; i < layers; ++i) prefix.push_back(prefix.back() + cost[static_cast<std::size_t>(i)]);
   const double inf = std::numeric_limits<double>::infinity();
   // best[s][i]: the smallest possible costliest stage splitting layers [0, i) into s stages.
   std::vector<std::vector<double>> best(stages + 1, std::vector<double>(layers + 1, inf));
@@ -36,8 +50,30 @@ std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape) {
   return {back.rbegin(), back.rend()};
 }
 
+nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape) {
+  if (shape.in_features != cfg.model.context)
+    throw InputError(fmt::format("model.context = {}, but the data gives sequences of {} tokens",
+                                 cfg.model.context, shape.in_features));
+  if (shape.outputs % cfg.parallel.tensor != 0)
+    throw InputError(fmt::format("parallel.tensor = {} does not divide the vocabulary of {} tokens "
+                                 "(the embedding and head split over the tensor ranks)",
+                                 cfg.parallel.tensor, shape.outputs));
+  return {static_cast<int>(shape.outputs), cfg.model.context, cfg.model.width, cfg.model.heads,
+          cfg.model.layers};
+}
+
 std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, const Config& cfg,
                                                  const ModelShape& shape, ModelPart part) {
+  if (cfg.model.kind == ModelKind::gpt) {
+    nn::Gpt<float>::Part p;
+    p.first_block = part.first_layer;
+    p.end_block = part.end_layer;
+    p.tp = part.tp;
+    p.t = part.t;
+    p.tensor_sum = std::move(part.tensor_sum);
+    p.recompute = cfg.train.recompute;
+    return std::make_unique<nn::Gpt<float>>(store, gpt_shape(cfg, shape), std::move(p));
+  }
   nn::Mlp<float>::Part p;
   p.first_layer = part.first_layer;
   p.end_layer = part.end_layer;

@@ -11,6 +11,7 @@
 #include "core/config.hpp"
 #include "kernels/views.hpp"
 #include "nn/hooks.hpp"
+#include "nn/gpt.hpp"
 #include "nn/network.hpp"
 #include "nn/param_store.hpp"
 
@@ -42,6 +43,10 @@ struct ModelPart {
 /// \brief Layer boundaries of the pipeline stages: stage s holds layers [b[s], b[s+1]).
 /// parallel.stages when given, else contiguous stages balanced by each layer's multiply-adds.
 std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape);
+
+/// \brief The GPT's dimensions from the deck and the data (vocabulary, context); throws
+/// InputError where they disagree or the tensor ranks do not divide the vocabulary.
+nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape);
 
 /// \brief Builds the network of the deck's model kind for `part`, registering its parameters
 /// in `store` (nothing is allocated: plan and allocate the store, then reserve the network).
