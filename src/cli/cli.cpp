@@ -9,6 +9,7 @@
 #include "cli/bench_comm.hpp"
 #include "cli/commands.hpp"
 #include "cli/diff.hpp"
+#include "cli/generate.hpp"
 #include "core/error.hpp"
 #include "io/prepare_text.hpp"
 
@@ -48,6 +49,16 @@ int run(int argc, char** argv) {
   auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint on the deck's test split");
   add_deck(eval_cmd, deck);
   eval_cmd->add_option("--checkpoint", checkpoint, "checkpoint file")->required();
+
+  GenerateArgs gen;
+  auto* generate_cmd = app.add_subcommand("generate", "sample text from a trained gpt checkpoint");
+  add_deck(generate_cmd, gen.deck);
+  generate_cmd->add_option("--checkpoint", gen.checkpoint, "checkpoint file")->required();
+  generate_cmd->add_option("--prompt", gen.prompt, "text to continue")->required();
+  generate_cmd->add_option("--tokens", gen.tokens, "tokens (bytes) to generate")->capture_default_str();
+  generate_cmd->add_option("--temperature", gen.temperature, "softmax temperature; 0: greedy")->capture_default_str();
+  generate_cmd->add_option("--top-k", gen.top_k, "sample among the k most likely tokens; 0: all")->capture_default_str();
+  generate_cmd->add_option("--seed", gen.seed, "seed of the sampling (same seed, same text)")->capture_default_str();
 
   auto* prepare_cmd = app.add_subcommand("prepare", "convert a dataset to Tessera's HDF5 layout");
   prepare_cmd->require_subcommand(1);
@@ -107,6 +118,7 @@ int run(int argc, char** argv) {
     if (*train_cmd) return train(deck, resume);
     if (*check_cmd) return check(deck, ranks);
     if (*eval_cmd) return eval(deck, checkpoint);
+    if (*generate_cmd) return generate(gen);
     if (*fmnist_cmd) return prepare_fashion_mnist(out, source);
     if (*text_cmd) return prepare_text(text_inputs, out, val_fraction);
     if (*inspect_cmd) return inspect(checkpoint);

@@ -92,6 +92,8 @@ class Model {
   void idle_backward();
 
   nn::ParamStore<float>& params() { return *store_; }
+  /// The network of the deck's model kind (nn::Mlp, nn::Gpt, ...).
+  nn::Network<float>& network() { return *net_; }
   const nn::ParamStore<float>& params() const { return *store_; }
   const ModelShape& shape() const { return shape_; }
   int max_batch() const { return max_batch_; }
