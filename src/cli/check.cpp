@@ -97,7 +97,9 @@ int check(const DeckArgs& args, int ranks) {
   agree(MPI_COMM_WORLD, [&] {
     if (rank != 0) return;
     {
-      io::SupervisedSplit train(MPI_COMM_SELF, cfg.data.path, cfg.data.train_split, false);
+      const auto split = io::open_split(MPI_COMM_SELF, cfg.data.path, cfg.data.train_split,
+                                        cfg.model.context, false);
+      const io::Split& train = *split;
       const ModelShape shape = model_shape(cfg, train.info());
       std::cout << "# resolved deck\n" << cfg.resolved_toml << "\n";
       print_groups(cfg, n);

@@ -77,7 +77,9 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
   const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
                           cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
-  io::SupervisedSplit test(comm.handle(Group::data), cfg.data.path, cfg.data.test_split, cfg.data.cache);
+  const auto split = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.test_split,
+                                    cfg.model.context, cfg.data.cache);
+  io::Split& test = *split;
   const ModelShape shape = model_shape(cfg, test.info());
   Model model(cfg, shape, cfg.eval.batch, {}, model_part(cfg, comm, shape));
   Checkpointer(cfg, comm).load_model(checkpoint, model);

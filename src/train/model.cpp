@@ -1,6 +1,7 @@
 #include "train/model.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -83,6 +84,15 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
   return std::make_unique<nn::Mlp<float>>(store, static_cast<int>(shape.in_features),
                                           cfg.model.hidden, static_cast<int>(shape.outputs),
                                           cfg.model.activation, std::move(p));
+}
+
+std::string describe_model(const Config& cfg, const ModelShape& shape) {
+  if (cfg.model.kind == ModelKind::gpt)
+    return fmt::format("gpt {} blocks x {} heads, width {}, context {}, vocabulary {}{}", cfg.model.layers,
+                       cfg.model.heads, cfg.model.width, cfg.model.context, shape.outputs,
+                       cfg.train.recompute ? ", recomputing each block in backward" : "");
+  return fmt::format("mlp {}-{}{}{}", shape.in_features, fmt::join(cfg.model.hidden, "-"),
+                     cfg.model.hidden.empty() ? "" : "-", shape.outputs);
 }
 
 std::vector<nn::ParamInfo> logical_params(const Config& cfg, const ModelShape& shape) {

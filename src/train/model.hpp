@@ -53,6 +53,9 @@ nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape);
 std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, const Config& cfg,
                                                  const ModelShape& shape, ModelPart part = {});
 
+/// \brief One line naming the model: "mlp 784-512-512-10", "gpt 4 blocks x 4 heads, width 256, ...".
+std::string describe_model(const Config& cfg, const ModelShape& shape);
+
 /// \brief Every parameter of the whole model (names and logical shapes), whatever part a rank holds.
 std::vector<nn::ParamInfo> logical_params(const Config& cfg, const ModelShape& shape);
 

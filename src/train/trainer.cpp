@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "comm/agree.hpp"
+#include "core/deck.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "optim/schedule.hpp"
@@ -32,11 +33,12 @@ struct Batch {
   MatrixU<const float> targets;
 };
 
-Batch load_batch(io::SupervisedSplit& split, std::span<const std::int64_t> indices,
+Batch load_batch(io::Split& split, std::span<const std::int64_t> indices,
                  std::vector<float>& h_x, std::vector<std::int32_t>& h_y, std::vector<float>& h_t,
                  Matrix<float>& x, Vector<std::int32_t>& y, Matrix<float>& t) {
   const auto& info = split.info();
   const auto n = indices.size();
+  const auto lw = static_cast<std::size_t>(info.label_width);
   float* px = host_accessible ? x.data() : h_x.data();
   std::int32_t* py = info.has_labels ? (host_accessible ? y.data() : h_y.data()) : nullptr;
   float* pt = info.has_labels ? nullptr : (host_accessible ? t.data() : h_t.data());
@@ -45,14 +47,14 @@ Batch load_batch(io::SupervisedSplit& split, std::span<const std::int64_t> indic
     const auto f = static_cast<std::size_t>(info.features);
     Kokkos::deep_copy(Kokkos::subview(x, std::make_pair<std::size_t>(0, n), Kokkos::ALL),
                       MatrixU<float, HostSpace>(h_x.data(), n, f));
-    if (py) Kokkos::deep_copy(Kokkos::subview(y, std::make_pair<std::size_t>(0, n)),
-                              VectorU<std::int32_t, HostSpace>(h_y.data(), n));
+    if (py) Kokkos::deep_copy(Kokkos::subview(y, std::make_pair<std::size_t>(0, n * lw)),
+                              VectorU<std::int32_t, HostSpace>(h_y.data(), n * lw));
     if (pt) Kokkos::deep_copy(Kokkos::subview(t, std::make_pair<std::size_t>(0, n), Kokkos::ALL),
                               MatrixU<float, HostSpace>(h_t.data(), n, t.extent(1)));
   }
   Batch b;
   b.x = MatrixU<const float>(x.data(), n, x.extent(1));
-  if (info.has_labels) b.labels = VectorU<const std::int32_t>(y.data(), n);
+  if (info.has_labels) b.labels = VectorU<const std::int32_t>(y.data(), n * lw);
   else b.targets = MatrixU<const float>(t.data(), n, t.extent(1));
   return b;
 }
@@ -62,12 +64,13 @@ void allocate_batch(const io::SplitInfo& info, std::size_t rows, std::vector<flo
                     Vector<std::int32_t>& y, Matrix<float>& t) {
   const auto f = static_cast<std::size_t>(info.features);
   const auto w = static_cast<std::size_t>(std::max<std::int64_t>(1, info.target_width));
+  const auto lw = static_cast<std::size_t>(info.label_width);
   x = Matrix<float>(mem::label(mem::Category::data, "tessera::Trainer::inputs"), rows, f);
-  y = Vector<std::int32_t>(mem::label(mem::Category::data, "tessera::Trainer::labels"), info.has_labels ? rows : 0);
+  y = Vector<std::int32_t>(mem::label(mem::Category::data, "tessera::Trainer::labels"), info.has_labels ? rows * lw : 0);
   t = Matrix<float>(mem::label(mem::Category::data, "tessera::Trainer::targets"), info.has_labels ? 0 : rows, w);
   if (!host_accessible) {
     h_x.resize(rows * f);
-    h_y.resize(info.has_labels ? rows : 0);
+    h_y.resize(info.has_labels ? rows * lw : 0);
     h_t.resize(info.has_labels ? 0 : rows * w);
   }
 }
@@ -87,6 +90,15 @@ ModelShape model_shape(const Config& cfg, const io::SplitInfo& info) {
   s.in_features = info.features;
   s.classification = info.has_labels;
   s.outputs = info.has_labels ? info.classes : info.target_width;
+  const bool tokens = info.label_width > 1 || (info.has_labels && info.label_width == info.features &&
+                                               info.sample_shape.size() == 1 && cfg.model.kind == ModelKind::gpt);
+  if (cfg.model.kind == ModelKind::gpt && !tokens)
+    throw InputError(fmt::format("model.kind = \"gpt\" needs a language dataset ({} /{} has no tokens; "
+                                 "write one with `tessera prepare text`)", info.file, info.split));
+  if (cfg.model.kind != ModelKind::gpt && info.label_width > 1)
+    throw InputError(fmt::format("{} /{} holds tokens (a language dataset); model.kind = \"{}\" needs "
+                                 "inputs with labels or targets (use model.kind = \"gpt\")",
+                                 info.file, info.split, to_string(cfg.model.kind)));
   if (cfg.model.loss == LossKind::cross_entropy && !info.has_labels)
     throw InputError(fmt::format("model.loss = \"cross_entropy\" needs integer labels, but {} "
                                  "/{} holds float targets; use model.loss = \"mse\" or \"auto\"",
@@ -121,7 +133,7 @@ ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelSha
 }
 
 EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
-                    io::SupervisedSplit& split) {
+                    io::Split& split) {
   ScopedRegion region("tessera::evaluate");
   const ExecSpace exec;
   const auto& info = split.info();
@@ -186,12 +198,12 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
 
   // Data first: the model's shape comes from it.
   const MPI_Comm data_comm = comm_.handle(Group::data);
-  train_ = std::make_unique<io::SupervisedSplit>(data_comm, cfg_.data.path, cfg_.data.train_split,
-                                                 cfg_.data.cache);
+  train_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.train_split, cfg_.model.context,
+                          cfg_.data.cache);
   const ModelShape shape = model_shape(cfg_, train_->info());
   if (eval_enabled(cfg_.eval)) {
-    test_ = std::make_unique<io::SupervisedSplit>(data_comm, cfg_.data.path, cfg_.data.test_split,
-                                                  cfg_.data.cache);
+    test_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.test_split, cfg_.model.context,
+                           cfg_.data.cache);
     const auto& ti = test_->info();
     if (ti.features != shape.in_features || ti.has_labels != shape.classification ||
         (ti.has_labels ? ti.classes > shape.outputs : ti.target_width != shape.outputs))
@@ -231,9 +243,11 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   out_->log(fmt::format("tessera {}: {} on {} ranks ({}), data {} ({} train samples)",
                         TESSERA_VERSION, cfg_.deck_path, comm_.size(),
                         comm_.layout(cfg_.parallel.zero), cfg_.data.path, sampler_->samples()));
-  out_->log(fmt::format("model: mlp {}-{}-{} ({} parameters), {} steps/epoch, {} steps in all",
-                        shape.in_features, fmt::join(cfg_.model.hidden, "-"), shape.outputs,
-                        store.parameter_count(), sampler_->batches_per_epoch(), total_steps()));
+  std::size_t parameters = 0;
+  for (const auto& p : logical_params(cfg_, shape)) parameters += p.size;
+  out_->log(fmt::format("model: {} ({} parameters; {} on this rank), {} steps/epoch, {} steps in all",
+                        describe_model(cfg_, shape), parameters, store.parameter_count(),
+                        sampler_->batches_per_epoch(), total_steps()));
   out_->log(fmt::format("exchange: {} bucket(s) of about {} MB, overlap {}, no_sync {}, ZeRO stage {}",
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
                         cfg_.comm.no_sync, cfg_.parallel.zero));

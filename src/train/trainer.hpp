@@ -48,7 +48,7 @@ ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelSha
 /// \brief Evaluates `model` on `split`, sharded over the data group and run through the
 /// pipeline stages; collective over world.
 EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
-                    io::SupervisedSplit& split);
+                    io::Split& split);
 
 class Trainer {
  public:
@@ -76,7 +76,7 @@ class Trainer {
   const Config& cfg_;
   const Communicator& comm_;
   ExecSpace exec_;
-  std::unique_ptr<io::SupervisedSplit> train_, test_;
+  std::unique_ptr<io::Split> train_, test_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<DataParallel> dp_;
