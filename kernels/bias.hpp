@@ -29,16 +29,23 @@ void bias_add(const ExecSpace& exec, const BView& b, const YView& y) {
 }
 
 /// \brief db += column sums of dy (accumulates, for micro-batches).  dy (B,N), db (N).
-/// One thread per column, a loop over the rows: no atomics, and the summation order is fixed.
+/// One thread per block of columns, a loop over the rows: no atomics, and each column's
+/// summation order is fixed (row by row). Blocks are one column wide on a GPU (neighbouring
+/// threads read neighbouring columns) and 32 wide on a CPU (each thread reads rows of
+/// contiguous columns instead of striding down one).
 template <class DyView, class DbView>
 void bias_backward(const ExecSpace& exec, const DyView& dy, const DbView& db) {
   using T = typename DbView::non_const_value_type;
-  const Index rows = Index(dy.extent(0));
-  Kokkos::parallel_for("tessera::bias_backward", range(exec, Index(dy.extent(1))),
-                       KOKKOS_LAMBDA(const Index j) {
-                         T sum = T(0);
-                         for (Index i = 0; i < rows; ++i) sum += dy(i, j);
-                         db(j) += sum;
+  constexpr Index width = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible ? 32 : 1;
+  const Index rows = Index(dy.extent(0)), cols = Index(dy.extent(1));
+  Kokkos::parallel_for("tessera::bias_backward", range(exec, (cols + width - 1) / width),
+                       KOKKOS_LAMBDA(const Index block) {
+                         const Index j0 = block * width;
+                         const Index n = cols - j0 < width ? cols - j0 : width;
+                         T sum[width] = {};
+                         for (Index i = 0; i < rows; ++i)
+                           for (Index k = 0; k < n; ++k) sum[k] += dy(i, j0 + k);
+                         for (Index k = 0; k < n; ++k) db(j0 + k) += sum[k];
                        });
 }
 

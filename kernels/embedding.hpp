@@ -5,8 +5,8 @@
 // Nothing is saved for backward beyond the tokens themselves.
 // Backward, accumulated (+=, for micro-batches), deterministic and without atomics:
 //   dwpe[t, c] += sum_b dx[b*T + t, c]                     one thread per (t, c)
-//   dwte[v, c] += sum_{(b,t): token[b,t] = v} dx[b*T+t, c]  one thread per (v, c), scanning all
-//                                                          B*T tokens (fine for a byte vocabulary)
+//   dwte[v, c] += sum_{(b,t): token[b,t] = v} dx[b*T+t, c]  one thread per v, scanning all B*T
+//                                                          tokens (fine for a byte vocabulary)
 // Tokens are trusted: validate them when the data is read.
 // Vocabulary-parallel (Megatron): a rank holding rows [first, first + V) of the logical table
 // passes its block as wte and `first`; tokens outside its rows contribute nothing here (the
@@ -65,15 +65,16 @@ void embedding_backward(const ExecSpace& exec, const TokView& tokens, const DxVi
         for (Index b = 0; b < batch; ++b) sum += dx(b * seq + t, c);
         dwpe(t, c) += sum;
       });
-  // Tokens: each vocabulary row scans every position for its token.
+  // Tokens: each vocabulary row scans every position for its token and adds the matching rows
+  // of dx (in position order: deterministic).
+  const Index vocab = Index(dwte.extent(0));
   Kokkos::parallel_for(
-      "tessera::embedding_backward::dwte", Policy(exec, {0, 0}, {Index(dwte.extent(0)), cols}),
-      KOKKOS_LAMBDA(const Index v, const Index c) {
-        T sum = T(0);
+      "tessera::embedding_backward::dwte", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, vocab),
+      KOKKOS_LAMBDA(const Index v) {
         for (Index b = 0; b < batch; ++b)
           for (Index t = 0; t < seq; ++t)
-            if (Index(tokens(b, t)) == v + first) sum += dx(b * seq + t, c);
-        dwte(v, c) += sum;
+            if (Index(tokens(b, t)) == v + first)
+              for (Index c = 0; c < cols; ++c) dwte(v, c) += dx(b * seq + t, c);
       });
 }
 

@@ -9,6 +9,7 @@
 #include "blas/gemm.hpp"
 #include "core/memory.hpp"
 #include "kernels/activation.hpp"
+#include "nn/attention.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/math.hpp"
@@ -270,7 +271,7 @@ void Gpt<T>::block_forward(const ExecSpace& exec, const Block& b, const MatrixU<
                              head(a.mean1, tokens), head(a.rstd1, tokens));
   linear_forward(exec, b.qkv, ln1, qkv);
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
-  kernels::attention_forward(exec, qkv, y, att);
+  attention_forward<T>(exec, qkv, y, att);
   linear_forward(exec, b.proj, y, x1);
   add_into<T>(exec, x1, x);
   kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
@@ -301,7 +302,7 @@ void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
   const AttU<T> ds(dscores_.data(), std::size_t(batch), dscores_.extent(1), dscores_.extent(2),
                    dscores_.extent(3));
-  kernels::attention_backward(exec, r(a.qkv), att, dy, dqkv, ds);
+  attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
   b.qkv.backward(exec, r(a.ln1), dqkv, dln);
   tensor_sum(exec, dln);
   kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), head(a.mean1, tokens),

@@ -1,0 +1,123 @@
+#include "nn/attention.hpp"
+
+#include <stdexcept>
+
+#include "blas/gemm.hpp"
+#include "kernels/math.hpp"
+
+namespace tessera::nn {
+
+namespace {
+
+struct Dims {
+  Index batch, heads, seq, channels, hd;
+};
+
+template <class T>
+Dims dims_of(const MatrixU<const T>& qkv, const AttentionScores<T>& att) {
+  Dims d{Index(att.extent(0)), Index(att.extent(1)), Index(att.extent(2)), Index(qkv.extent(1)) / 3, 0};
+  if (d.heads < 1 || d.channels % d.heads != 0 || Index(qkv.extent(0)) != d.batch * d.seq ||
+      Index(att.extent(3)) != d.seq)
+    throw std::invalid_argument("tessera::nn::attention: expected qkv (B*T, 3C), att (B, heads, T, T)");
+  d.hd = d.channels / d.heads;
+  return d;
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward(const ExecSpace& exec, const MatrixU<const T>& qkv, const MatrixU<T>& y,
+                       const AttentionScores<T>& att) {
+  const Dims d = dims_of(qkv, att);
+  const int ld = int(3 * d.channels), seq = int(d.seq), hd = int(d.hd);
+  const T scale = T(1) / math::sqrt(T(d.hd));
+  for (Index b = 0; b < d.batch; ++b)
+    for (Index h = 0; h < d.heads; ++h) {
+      const T* q = qkv.data() + b * d.seq * ld + h * d.hd;
+      T* s = att.data() + (b * d.heads + h) * d.seq * d.seq;
+      blas::gemm(exec, blas::Op::N, blas::Op::T, seq, seq, hd, scale, q, ld, q + d.channels, ld, T(0), s, seq);
+    }
+  // Causal softmax of every row in place; zero above the diagonal.
+  const Index rows = d.batch * d.heads * d.seq, n = d.seq;
+  T* base = att.data();
+  Kokkos::parallel_for(
+      "tessera::nn::attention_forward::softmax", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, rows),
+      KOKKOS_LAMBDA(const Index r) {
+        T* p = base + r * n;
+        const Index i = r % n;
+        T m = p[0];
+        for (Index j = 1; j <= i; ++j) m = p[j] > m ? p[j] : m;
+        T sum = T(0);
+        for (Index j = 0; j <= i; ++j) sum += p[j] = math::exp(p[j] - m);
+        const T inv = T(1) / sum;
+        for (Index j = 0; j <= i; ++j) p[j] *= inv;
+        for (Index j = i + 1; j < n; ++j) p[j] = T(0);
+      });
+  const int ldy = int(y.stride_0());
+  for (Index b = 0; b < d.batch; ++b)
+    for (Index h = 0; h < d.heads; ++h) {
+      const T* v = qkv.data() + b * d.seq * ld + 2 * d.channels + h * d.hd;
+      const T* p = att.data() + (b * d.heads + h) * d.seq * d.seq;
+      blas::gemm(exec, blas::Op::N, blas::Op::N, seq, hd, seq, T(1), p, seq, v, ld, T(0),
+                 y.data() + b * d.seq * ldy + h * d.hd, ldy);
+    }
+}
+
+template <class T>
+void attention_backward(const ExecSpace& exec, const MatrixU<const T>& qkv,
+                        const AttentionScores<T>& att, const MatrixU<const T>& dy,
+                        const MatrixU<T>& dqkv, const AttentionScores<T>& dscores) {
+  const Dims d = dims_of(qkv, att);
+  const int ld = int(3 * d.channels), seq = int(d.seq), hd = int(d.hd), ldy = int(dy.stride_0());
+  const T scale = T(1) / math::sqrt(T(d.hd));
+  // dP = dY V^T, and dV = P^T dY.
+  for (Index b = 0; b < d.batch; ++b)
+    for (Index h = 0; h < d.heads; ++h) {
+      const Index off = b * d.seq * ld + h * d.hd;
+      const T* dyb = dy.data() + b * d.seq * ldy + h * d.hd;
+      const T* p = att.data() + (b * d.heads + h) * d.seq * d.seq;
+      T* dp = dscores.data() + (b * d.heads + h) * d.seq * d.seq;
+      blas::gemm(exec, blas::Op::N, blas::Op::T, seq, seq, hd, T(1), dyb, ldy, qkv.data() + off + 2 * d.channels,
+                 ld, T(0), dp, seq);
+      blas::gemm(exec, blas::Op::T, blas::Op::N, seq, hd, seq, T(1), p, seq, dyb, ldy, T(0),
+                 dqkv.data() + off + 2 * d.channels, ld);
+    }
+  // dS = P (dP - rowsum(P dP)), in place of dP; zero above the diagonal.
+  const Index rows = d.batch * d.heads * d.seq, n = d.seq;
+  const T* pb = att.data();
+  T* db = dscores.data();
+  Kokkos::parallel_for(
+      "tessera::nn::attention_backward::softmax", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, rows),
+      KOKKOS_LAMBDA(const Index r) {
+        const T* p = pb + r * n;
+        T* g = db + r * n;
+        const Index i = r % n;
+        T dot = T(0);
+        for (Index j = 0; j <= i; ++j) dot += p[j] * g[j];
+        for (Index j = 0; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
+        for (Index j = i + 1; j < n; ++j) g[j] = T(0);
+      });
+  // dQ = scale dS K, dK = scale dS^T Q.
+  for (Index b = 0; b < d.batch; ++b)
+    for (Index h = 0; h < d.heads; ++h) {
+      const Index off = b * d.seq * ld + h * d.hd;
+      const T* ds = dscores.data() + (b * d.heads + h) * d.seq * d.seq;
+      blas::gemm(exec, blas::Op::N, blas::Op::N, seq, hd, seq, scale, ds, seq, qkv.data() + off + d.channels, ld,
+                 T(0), dqkv.data() + off, ld);
+      blas::gemm(exec, blas::Op::T, blas::Op::N, seq, hd, seq, scale, ds, seq, qkv.data() + off, ld, T(0),
+                 dqkv.data() + off + d.channels, ld);
+    }
+}
+
+template void attention_forward<float>(const ExecSpace&, const MatrixU<const float>&, const MatrixU<float>&,
+                                       const AttentionScores<float>&);
+template void attention_forward<double>(const ExecSpace&, const MatrixU<const double>&, const MatrixU<double>&,
+                                        const AttentionScores<double>&);
+template void attention_backward<float>(const ExecSpace&, const MatrixU<const float>&, const AttentionScores<float>&,
+                                        const MatrixU<const float>&, const MatrixU<float>&,
+                                        const AttentionScores<float>&);
+template void attention_backward<double>(const ExecSpace&, const MatrixU<const double>&,
+                                         const AttentionScores<double>&, const MatrixU<const double>&,
+                                         const MatrixU<double>&, const AttentionScores<double>&);
+
+}  // namespace tessera::nn
