@@ -69,15 +69,27 @@ void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t tra
 
   const std::int64_t micro = micro_batch_rows(cfg);
   const std::int64_t rows = std::max<std::int64_t>(micro, cfg.eval.batch);
-  // Each hidden layer keeps its output before and after the activation and its gradient; the
-  // output layer its logits and their gradient; the input batch is staged once.
   std::int64_t act = 0;
-  for (int h : cfg.model.hidden) act += 3 * static_cast<std::int64_t>(h);
-  act = rows * (act + 2 * shape.outputs);
+  if (cfg.model.kind == ModelKind::gpt) {
+    // Per token of a micro-batch in flight, per block: ln_1, x1, ln_2 and the block's output (C
+    // each), qkv (3C/tp), y (C/tp), fc and gelu (4C/tp each), the attention probabilities
+    // (heads/tp x T), four row statistics; the head's logits and their gradient (2V/tp) and
+    // ln_f. Recomputation keeps the block outputs only, plus one block's set shared by all.
+    const std::int64_t C = cfg.model.width, T = cfg.model.context, tp = cfg.parallel.tensor;
+    const std::int64_t L = cfg.model.layers / cfg.parallel.pipeline + (cfg.model.layers % cfg.parallel.pipeline ? 1 : 0);
+    const std::int64_t block = 3 * C + 12 * C / tp + cfg.model.heads / tp * T + 4;
+    const std::int64_t per_token = cfg.train.recompute ? L * C : L * (block + C);
+    const std::int64_t tokens = rows * T;
+    act = tokens * (per_token + 2 * shape.outputs / tp + C) + (cfg.train.recompute ? tokens * block : 0);
+  } else {
+    // Each hidden layer keeps its output before and after the activation and its gradient; the
+    // output layer its logits and their gradient; the input batch is staged once.
+    for (int h : cfg.model.hidden) act += 3 * static_cast<std::int64_t>(h);
+    act = rows * (act + 2 * shape.outputs);
+  }
   const double a = 4.0 * static_cast<double>(act), d = 4.0 * static_cast<double>(micro * shape.in_features);
-  std::cout << fmt::format("model: mlp {}-{}-{}, {} parameters in {} bucket(s); {} steps per epoch\n",
-                           shape.in_features, fmt::join(cfg.model.hidden, "-"), shape.outputs,
-                           store.parameter_count(), store.buckets().size(),
+  std::cout << fmt::format("model: {}, {} parameters in {} bucket(s); {} steps per epoch\n",
+                           describe_model(cfg, shape), store.parameter_count(), store.buckets().size(),
                            Sampler(train_samples, cfg.run.seed, cfg.train.global_batch, cfg.train.drop_last)
                                .batches_per_epoch());
   std::cout << fmt::format("memory per rank (estimate, ZeRO stage {}): parameters {}, gradients {}, "
