@@ -97,6 +97,12 @@ void resolve_layout(Config& cfg, int world_size) {
                                             "every hidden width must be a multiple of parallel.tensor",
                                             p.tensor, i, cfg.model.hidden[i]));
   }
+  if (cfg.model.kind == ModelKind::cnn && p.pipeline > 1)
+    fail("parallel.pipeline", fmt::format("{} stages: the cnn runs on one pipeline stage (set "
+                                          "parallel.pipeline = 1; tensor and data parallelism apply)", p.pipeline));
+  if (cfg.model.kind == ModelKind::cnn && cfg.model.kernel % 2 == 0)
+    fail("model.kernel", fmt::format("{} is even; a cnn kernel is odd (zero padding kernel/2 keeps the size)",
+                                     cfg.model.kernel));
   if (cfg.train.recompute && !gpt)
     fail("train.recompute", fmt::format("recomputation works on transformer blocks; model.kind = \"{}\" "
                                         "has none (set train.recompute = false)", to_string(cfg.model.kind)));

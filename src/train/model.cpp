@@ -51,6 +51,30 @@ std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape) {
   return {back.rbegin(), back.rend()};
 }
 
+nn::CnnShape cnn_shape(const Config& cfg, const ModelShape& shape) {
+  const auto& d = shape.sample_shape;
+  if (d.size() != 2 && d.size() != 3)
+    throw InputError(fmt::format("model.kind = \"cnn\" needs images, inputs of shape [N, H, W] or [N, C, H, W]; "
+                                 "the data's samples have {} dimensions", d.size()));
+  nn::CnnShape s;
+  s.channels = d.size() == 3 ? static_cast<int>(d[0]) : 1;
+  s.height = static_cast<int>(d[d.size() - 2]);
+  s.width = static_cast<int>(d[d.size() - 1]);
+  s.conv = cfg.model.channels;
+  s.kernel = cfg.model.kernel;
+  s.hidden = cfg.model.hidden;
+  s.classes = static_cast<int>(shape.outputs);
+  int h = s.height, w = s.width;
+  for (std::size_t i = 0; i < s.conv.size(); ++i) {
+    h /= 2;
+    w /= 2;
+    if (h < 1 || w < 1)
+      throw InputError(fmt::format("model.channels: {} blocks of 2x2 max-pooling, but a {}x{} image vanishes "
+                                   "after {}; use at most {} blocks", s.conv.size(), s.height, s.width, i + 1, i));
+  }
+  return s;
+}
+
 nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape) {
   if (shape.in_features != cfg.model.context)
     throw InputError(fmt::format("model.context = {}, but the data gives sequences of {} tokens",
@@ -65,6 +89,13 @@ nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape) {
 
 std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, const Config& cfg,
                                                  const ModelShape& shape, ModelPart part) {
+  if (cfg.model.kind == ModelKind::cnn) {
+    nn::Cnn<float>::Part p;
+    p.tp = part.tp;
+    p.t = part.t;
+    p.tensor_sum = std::move(part.tensor_sum);
+    return std::make_unique<nn::Cnn<float>>(store, cnn_shape(cfg, shape), std::move(p));
+  }
   if (cfg.model.kind == ModelKind::gpt) {
     nn::Gpt<float>::Part p;
     p.first_block = part.first_layer;
@@ -91,6 +122,11 @@ std::string describe_model(const Config& cfg, const ModelShape& shape) {
     return fmt::format("gpt {} blocks x {} heads, width {}, context {}, vocabulary {}{}", cfg.model.layers,
                        cfg.model.heads, cfg.model.width, cfg.model.context, shape.outputs,
                        cfg.train.recompute ? ", recomputing each block in backward" : "");
+  if (cfg.model.kind == ModelKind::cnn)
+    return fmt::format("cnn {} -> conv{}x{} [{}] (ReLU, 2x2 max-pool each) -> linear [{}{}{}]",
+                       fmt::join(shape.sample_shape, "x"), cfg.model.kernel, cfg.model.kernel,
+                       fmt::join(cfg.model.channels, ", "), fmt::join(cfg.model.hidden, ", "),
+                       cfg.model.hidden.empty() ? "" : ", ", shape.outputs);
   return fmt::format("mlp {}-{}{}{}", shape.in_features, fmt::join(cfg.model.hidden, "-"),
                      cfg.model.hidden.empty() ? "" : "-", shape.outputs);
 }

@@ -11,6 +11,7 @@
 #include "core/config.hpp"
 #include "kernels/views.hpp"
 #include "nn/hooks.hpp"
+#include "nn/cnn.hpp"
 #include "nn/gpt.hpp"
 #include "nn/network.hpp"
 #include "nn/param_store.hpp"
@@ -22,6 +23,7 @@ struct ModelShape {
   std::int64_t in_features = 0;
   std::int64_t outputs = 0;       ///< classes, or target width
   bool classification = true;    ///< labels + cross-entropy, else targets + MSE
+  std::vector<std::int64_t> sample_shape;  ///< one sample's input shape ([H, W] or [C, H, W] images)
 };
 
 using LossSums = nn::LossSums;
@@ -43,6 +45,10 @@ struct ModelPart {
 /// \brief Layer boundaries of the pipeline stages: stage s holds layers [b[s], b[s+1]).
 /// parallel.stages when given, else contiguous stages balanced by each layer's multiply-adds.
 std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape);
+
+/// \brief The CNN's dimensions from the deck and the data's image shape; InputError where the
+/// data are no images or the pools would shrink them away.
+nn::CnnShape cnn_shape(const Config& cfg, const ModelShape& shape);
 
 /// \brief The GPT's dimensions from the deck and the data (vocabulary, context); throws
 /// InputError where they disagree or the tensor ranks do not divide the vocabulary.

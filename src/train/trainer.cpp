@@ -88,6 +88,7 @@ ResumeRequest ResumeRequest::parse(const std::string& text) {
 ModelShape model_shape(const Config& cfg, const io::SplitInfo& info) {
   ModelShape s;
   s.in_features = info.features;
+  s.sample_shape = info.sample_shape;
   s.classification = info.has_labels;
   s.outputs = info.has_labels ? info.classes : info.target_width;
   const bool tokens = info.label_width > 1 || (info.has_labels && info.label_width == info.features &&

@@ -1,0 +1,234 @@
+#include "nn/cnn.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "blas/gemm.hpp"
+#include "core/memory.hpp"
+#include "kernels/activation.hpp"
+#include "nn/mlp.hpp"
+
+namespace tessera::nn {
+
+namespace {
+
+template <class T>
+Matrix<T> alloc(const std::string& what, std::size_t r, std::size_t c) {
+  return Matrix<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Cnn::" + what),
+                                      Kokkos::WithoutInitializing), r, c);
+}
+
+template <class T>
+VectorU<T> flat_rows(const Matrix<T>& m, int batch) {
+  return VectorU<T>(m.data(), static_cast<std::size_t>(batch) * m.extent(1));
+}
+
+}  // namespace
+
+template <class T>
+Cnn<T>::Cnn(ParamStore<T>& store, const CnnShape& shape, Part part)
+    : shape_(shape), part_(std::move(part)), store_(&store) {
+  if (shape_.kernel < 1 || shape_.kernel % 2 == 0)
+    throw std::invalid_argument(fmt::format("tessera::nn::Cnn: kernel {} must be odd", shape_.kernel));
+  if (part_.tp > 1 && !part_.tensor_sum)
+    throw std::invalid_argument("tessera::nn::Cnn: tensor parallelism needs a tensor_sum");
+  int c = shape_.channels, h = shape_.height, w = shape_.width;
+  const int k = shape_.kernel;
+  for (std::size_t i = 0; i < shape_.conv.size(); ++i) {
+    const int out = shape_.conv[i];
+    store.begin_unit();
+    Conv conv;
+    conv.unit = store.units() - 1;
+    conv.in = kernels::ConvShape{c, h, w, k, k / 2};
+    conv.out = out;
+    const double bound = 1.0 / std::sqrt(double(c * k * k));
+    conv.weight = store.add(fmt::format("convs.{}.weight", i), {out, c, k, k}, InitKind::uniform, bound);
+    conv.bias = store.add(fmt::format("convs.{}.bias", i), {out}, InitKind::uniform, bound);
+    convs_.push_back(conv);
+    c = out;
+    h /= 2;
+    w /= 2;
+    if (h < 1 || w < 1)
+      throw std::invalid_argument(fmt::format("tessera::nn::Cnn: a {}x{} image vanishes after {} 2x2 pools",
+                                              shape_.height, shape_.width, i + 1));
+  }
+  std::vector<int> widths{c * h * w};
+  widths.insert(widths.end(), shape_.hidden.begin(), shape_.hidden.end());
+  widths.push_back(shape_.classes);
+  const int n = static_cast<int>(widths.size()) - 1;
+  for (int j = 0; j < n; ++j)
+    fcs_.emplace_back(store, fmt::format("fc.{}", j), widths[std::size_t(j)], widths[std::size_t(j) + 1],
+                      Mlp<T>::split_of(j, n, part_.tp), part_.tp, part_.t);
+}
+
+template <class T>
+void Cnn<T>::add_slot() {
+  const auto B = static_cast<std::size_t>(this->max_batch());
+  Slot& s = slots_.emplace_back();
+  s.input = alloc<T>("input", B, std::size_t(input_width()));
+  std::size_t dz = 0, dcol = 0, dpool = 0;
+  for (std::size_t i = 0; i < convs_.size(); ++i) {
+    const Conv& c = convs_[i];
+    const auto col_rows = std::size_t(c.in.rows()), pos = std::size_t(c.in.positions()), out = std::size_t(c.out);
+    const auto pooled = out * std::size_t(c.in.height / 2) * std::size_t(c.in.width / 2);
+    s.col.push_back(alloc<T>(fmt::format("convs.{}.col", i), B, col_rows * pos));
+    s.z.push_back(alloc<T>(fmt::format("convs.{}.z", i), B, out * pos));
+    s.pooled.push_back(alloc<T>(fmt::format("convs.{}.pooled", i), B, pooled));
+    s.arg.emplace_back(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Cnn::arg"),
+                                          Kokkos::WithoutInitializing), B, pooled);
+    dz = std::max(dz, out * pos);
+    dcol = std::max(dcol, col_rows * pos);
+    dpool = std::max({dpool, pooled, std::size_t(c.in.channels * c.in.height * c.in.width)});
+  }
+  for (std::size_t j = 0; j < fcs_.size(); ++j) {
+    const auto o = std::size_t(fcs_[j].out_features());
+    s.fz.push_back(alloc<T>(fmt::format("fc.{}.z", j), B, o));
+    s.fa.push_back(j + 1 < fcs_.size() ? alloc<T>(fmt::format("fc.{}.a", j), B, o) : Matrix<T>());
+    s.fg.push_back(alloc<T>(fmt::format("fc.{}.grad", j), B, o));
+  }
+  if (slots_.size() == 1) {
+    dpool = std::max(dpool, std::size_t(fcs_.front().in_features()));
+    dz_ = alloc<T>("dz", B, std::max<std::size_t>(dz, 1));
+    dcol_ = alloc<T>("dcol", B, std::max<std::size_t>(dcol, 1));
+    dpool_ = alloc<T>("dpool", B, dpool);
+  }
+}
+
+template <class T>
+void Cnn<T>::clear_slots() {
+  slots_.clear();
+  dz_ = dcol_ = dpool_ = Matrix<T>();
+}
+
+template <class T>
+MatrixU<T> Cnn<T>::input(int slot) const { return rows(slots_[std::size_t(slot)].input, this->batch_of(slot)); }
+
+template <class T>
+MatrixU<T> Cnn<T>::output(int slot) const { return rows(slots_[std::size_t(slot)].fz.back(), this->batch_of(slot)); }
+
+template <class T>
+MatrixU<T> Cnn<T>::grad_output(int slot) const { return rows(slots_[std::size_t(slot)].fg.back(), this->batch_of(slot)); }
+
+template <class T>
+MatrixU<T> Cnn<T>::grad_input(int) const {
+  throw std::logic_error("tessera::nn::Cnn::grad_input: the CNN is a single pipeline stage");
+}
+
+template <class T>
+void Cnn<T>::forward(const ExecSpace& exec, int slot) {
+  ScopedRegion region("tessera::nn::Cnn::forward");
+  const int batch = this->batch_of(slot);
+  const Slot& s = slots_[std::size_t(slot)];
+  const T* x = s.input.data();
+  for (std::size_t i = 0; i < convs_.size(); ++i) {
+    const Conv& c = convs_[i];
+    const Index rows_ = c.in.rows(), pos = c.in.positions(), out = c.out;
+    if (hooks_) hooks_->before_forward(c.unit);
+    kernels::im2col(exec, c.in, x, s.col[i].data(), batch);
+    // z = bias (per channel) + W col, sample by sample.
+    T* z = s.z[i].data();
+    const VectorU<T> bias = store_->value(c.bias);
+    Kokkos::parallel_for(
+        "tessera::nn::Cnn::bias", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, Index(batch) * out * pos),
+        KOKKOS_LAMBDA(const Index e) { z[e] = bias((e / pos) % out); });
+    const T* wgt = store_->value(c.weight).data();
+    for (int b = 0; b < batch; ++b)
+      blas::gemm(exec, blas::Op::N, blas::Op::N, int(out), int(pos), int(rows_), T(1), wgt, int(rows_),
+                 s.col[i].data() + Index(b) * rows_ * pos, int(pos), T(1), z + Index(b) * out * pos, int(pos));
+    if (hooks_) hooks_->after_forward(c.unit);
+    // relu(maxpool(z)) = maxpool(relu(z)): pool first, then ReLU on the smaller tensor.
+    kernels::maxpool2_forward(exec, Index(batch), out, c.in.height, c.in.width, z, s.pooled[i].data(),
+                              s.arg[i].data());
+    const VectorU<T> p = flat_rows(s.pooled[i], batch);
+    kernels::relu_forward(exec, p, p);
+    x = s.pooled[i].data();
+  }
+  MatrixU<const T> a(x, std::size_t(batch), std::size_t(fcs_.front().in_features()));
+  for (std::size_t j = 0; j < fcs_.size(); ++j) {
+    const Linear<T>& l = fcs_[j];
+    const MatrixU<T> z = rows(s.fz[j], batch);
+    if (hooks_) hooks_->before_forward(l.unit());
+    l.forward(exec, a, z);
+    if (hooks_) hooks_->after_forward(l.unit());
+    if (l.split() == Split::row) {
+      exec.fence();
+      part_.tensor_sum(z.data(), z.size());
+      l.add_bias(exec, z);
+    }
+    if (j + 1 == fcs_.size()) break;
+    const MatrixU<T> act = rows(s.fa[j], batch);
+    kernels::relu_forward(exec, flat(z), flat(act));
+    a = act;
+  }
+}
+
+template <class T>
+void Cnn<T>::backward(const ExecSpace& exec, int slot) {
+  ScopedRegion region("tessera::nn::Cnn::backward");
+  const int batch = this->batch_of(slot);
+  const Slot& s = slots_[std::size_t(slot)];
+  const std::size_t n = fcs_.size();
+  for (std::size_t j = n; j-- > 0;) {
+    const Linear<T>& l = fcs_[j];
+    const MatrixU<T> g = rows(s.fg[j], batch);
+    if (j + 1 < n) kernels::relu_backward(exec, flat(rows(s.fz[j], batch)), flat(g), flat(g));
+    const MatrixU<const T> x = j > 0 ? MatrixU<const T>(rows(s.fa[j - 1], batch))
+                                     : MatrixU<const T>(convs_.empty() ? s.input.data() : s.pooled.back().data(),
+                                                        std::size_t(batch), std::size_t(l.in_features()));
+    const bool input_grad = j > 0 || !convs_.empty();
+    const MatrixU<T> dx = j > 0 ? rows(s.fg[j - 1], batch)
+                                : (input_grad ? MatrixU<T>(dpool_.data(), std::size_t(batch), std::size_t(l.in_features()))
+                                              : MatrixU<T>());
+    if (hooks_) hooks_->before_backward(l.unit());
+    l.backward(exec, x, g, dx);
+    if (hooks_) hooks_->after_backward(l.unit());
+    if (l.split() == Split::column && dx.data() != nullptr) {
+      exec.fence();
+      part_.tensor_sum(dx.data(), dx.size());
+    }
+  }
+  // dpool_ now holds the gradient of the last block's (ReLU'd, pooled) output.
+  for (std::size_t i = convs_.size(); i-- > 0;) {
+    const Conv& c = convs_[i];
+    const Index rows_ = c.in.rows(), pos = c.in.positions(), out = c.out;
+    const Index pooled = out * (c.in.height / 2) * (c.in.width / 2);
+    const VectorU<T> dp(dpool_.data(), std::size_t(batch * pooled));
+    kernels::relu_backward(exec, flat_rows(s.pooled[i], batch), dp, dp);
+    T* dz = dz_.data();
+    Kokkos::deep_copy(exec, VectorU<T>(dz, std::size_t(Index(batch) * out * pos)), T(0));  // odd edges
+    kernels::maxpool2_backward(exec, Index(batch), out, c.in.height, c.in.width, dpool_.data(), s.arg[i].data(), dz);
+    if (hooks_) hooks_->before_backward(c.unit);
+    // db[o] += sum over samples and positions of dz; dW += dz_b col_b^T sample by sample.
+    const VectorU<T> db = store_->grad(c.bias);
+    const Index nb = batch;
+    Kokkos::parallel_for(
+        "tessera::nn::Cnn::bias_grad", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, out),
+        KOKKOS_LAMBDA(const Index o) {
+          T sum = T(0);
+          for (Index b = 0; b < nb; ++b)
+            for (Index p = 0; p < pos; ++p) sum += dz[(b * out + o) * pos + p];
+          db(o) += sum;
+        });
+    T* dw = store_->grad(c.weight).data();
+    const T* wgt = store_->value(c.weight).data();
+    for (int b = 0; b < batch; ++b)
+      blas::gemm(exec, blas::Op::N, blas::Op::T, int(out), int(rows_), int(pos), T(1), dz + Index(b) * out * pos,
+                 int(pos), s.col[i].data() + Index(b) * rows_ * pos, int(pos), T(1), dw, int(rows_));
+    if (i > 0) {  // the gradient of this block's input: dcol_b = W^T dz_b, then col2im
+      for (int b = 0; b < batch; ++b)
+        blas::gemm(exec, blas::Op::T, blas::Op::N, int(rows_), int(pos), int(out), T(1), wgt, int(rows_),
+                   dz + Index(b) * out * pos, int(pos), T(0), dcol_.data() + Index(b) * rows_ * pos, int(pos));
+      kernels::col2im(exec, c.in, dcol_.data(), dpool_.data(), Index(batch));
+    }
+    if (hooks_) hooks_->after_backward(c.unit);
+  }
+}
+
+template class Cnn<float>;
+template class Cnn<double>;
+
+}  // namespace tessera::nn
