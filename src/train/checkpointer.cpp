@@ -147,6 +147,9 @@ std::string Checkpointer::save(const Model& model, const DataParallel& dp,
   c.group_attrs["train"] = {{"step", state.step},
                             {"epoch", state.epoch},
                             {"batch_in_epoch", state.batch_in_epoch},
+                            {"loss_scale", state.loss_scale},
+                            {"loss_scale_good_steps", state.loss_scale_good_steps},
+                            {"skipped_steps", state.skipped_steps},
                             {"samples_seen", state.samples_seen}};
   const auto pieces = dp.zero() >= 1 ? dp.shard_pieces() : std::vector<DataParallel::Piece>{};
   const int d = comm_.rank(Group::data), n_d = comm_.size(Group::data);
@@ -300,6 +303,12 @@ TrainState Checkpointer::load(const std::string& path, Model& model, DataParalle
   s.epoch = attr_as<std::int64_t>(t, "epoch", path);
   s.batch_in_epoch = attr_as<std::int64_t>(t, "batch_in_epoch", path);
   s.samples_seen = attr_as<std::int64_t>(t, "samples_seen", path);
+  // Checkpoints before mixed precision have no loss-scale state: the defaults serve them.
+  if (t.count("loss_scale")) {
+    s.loss_scale = attr_as<double>(t, "loss_scale", path);
+    s.loss_scale_good_steps = attr_as<std::int64_t>(t, "loss_scale_good_steps", path);
+    s.skipped_steps = attr_as<std::int64_t>(t, "skipped_steps", path);
+  }
   return s;
 }
 

@@ -19,6 +19,10 @@ struct TrainState {
   std::int64_t epoch = 0;           ///< epoch of the next batch
   std::int64_t batch_in_epoch = 0;  ///< index of the next global batch in its epoch
   std::int64_t samples_seen = 0;
+  // fp16's dynamic loss scale (train.precision = "fp16"); 1 and unused otherwise.
+  double loss_scale = 1.0;
+  std::int64_t loss_scale_good_steps = 0;  ///< finite steps since the scale last changed
+  std::int64_t skipped_steps = 0;          ///< steps whose update an overflow skipped
 };
 
 class Checkpointer {

@@ -250,7 +250,7 @@ double DataParallel::take_hook_comm_seconds() {
   return s;
 }
 
-double DataParallel::finish_step(const ExecSpace& exec, double lr) {
+double DataParallel::finish_step(const ExecSpace& exec, double lr, double grad_scale, bool skip_nonfinite) {
   const double t0 = StepTimer::now();
   end_backward(exec);
   wait_all();
@@ -278,10 +278,18 @@ double DataParallel::finish_step(const ExecSpace& exec, double lr) {
   }
   if (comm_.size(Group::tensor) > 1) comm_.allreduce_sum(&squares, 1, Group::tensor);
   if (comm_.size(Group::pipeline) > 1) comm_.allreduce_sum(&squares, 1, Group::pipeline);
-  const double norm = std::sqrt(squares);
+  const double norm = std::sqrt(squares) / grad_scale;
+  skipped_ = skip_nonfinite && !std::isfinite(norm);
+  if (skipped_) {  // an overflow: leave parameters and optimizer state as they are
+    last_comm_s_ = StepTimer::now() - t0;
+    last_update_s_ = 0.0;
+    return norm;
+  }
+  // One pass: undo the loss scale and clip.
   const double clip = cfg_.optimizer.clip_grad_norm;
-  if (clip > 0.0 && std::isfinite(norm) && norm > clip)
-    kernels::scale(exec, grads, static_cast<float>(clip / (norm + 1e-6)));
+  double factor = 1.0 / grad_scale;
+  if (clip > 0.0 && std::isfinite(norm) && norm > clip) factor *= clip / (norm + 1e-6);
+  if (factor != 1.0) kernels::scale(exec, grads, static_cast<float>(factor));
 
   opt_.begin_step();
   const auto r = static_cast<std::size_t>(shard_rank_);

@@ -48,7 +48,12 @@ class DataParallel final : public nn::LayerHooks {
   void begin_step(const ExecSpace& exec);
   void begin_backward(const ExecSpace& exec, int k, int count);
   void end_backward(const ExecSpace& exec);
-  double finish_step(const ExecSpace& exec, double lr);
+  /// grad_scale: the factor the loss gradient carried (fp16's loss scale; the gradients are
+  /// divided by it before clipping and the update, and the returned norm is of the unscaled
+  /// gradients). skip_nonfinite: a non-finite norm skips the update instead (the parameters
+  /// and optimizer state stay as they were; skipped() says so).
+  double finish_step(const ExecSpace& exec, double lr, double grad_scale = 1.0, bool skip_nonfinite = false);
+  bool skipped() const { return skipped_; }
 
   // nn::LayerHooks
   void before_forward(std::size_t unit) override;
@@ -107,6 +112,7 @@ class DataParallel final : public nn::LayerHooks {
   Vector<float> tied_recv_;    // the other stage's gradient of a tied parameter
   double hook_comm_s_ = 0.0, last_comm_s_ = 0.0, last_update_s_ = 0.0;
   std::size_t last_started_ = static_cast<std::size_t>(-1);  // the newest exchange started
+  bool skipped_ = false;
 };
 
 }  // namespace tessera
