@@ -1,7 +1,9 @@
 #include "blas/cblas_gemm.hpp"
 
 #include <cblas.h>
+#include <dlfcn.h>
 
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -19,7 +21,9 @@ void check_ld(const char* what, int ld, int cols) {
   }
 }
 
-void check(Op ta, Op tb, int m, int n, int k, int lda, int ldb, int ldc) {
+}  // namespace
+
+void check_args(Op ta, Op tb, int m, int n, int k, int lda, int ldb, int ldc) {
   if (m < 0 || n < 0 || k < 0) {
     throw std::invalid_argument("tessera::blas::gemm: negative size m=" + std::to_string(m) +
                                 " n=" + std::to_string(n) + " k=" + std::to_string(k));
@@ -29,11 +33,40 @@ void check(Op ta, Op tb, int m, int n, int k, int lda, int ldb, int ldc) {
   check_ld("ldc", ldc, n);
 }
 
+namespace {
+
+/// OpenBLAS's cblas_sbgemm, typed by cblas.h's declaration (which it declares whether or not the
+/// library exports the symbol); nullptr where it does not.
+using LibrarySbgemm = decltype(&cblas_sbgemm);
+
+LibrarySbgemm library_sbgemm() {
+  static const LibrarySbgemm fn =
+      reinterpret_cast<LibrarySbgemm>(dlsym(RTLD_DEFAULT, "cblas_sbgemm"));
+  return fn;
+}
+
+void call_library_sbgemm(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A,
+                         int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  library_sbgemm()(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, k, alpha, A, lda, B, ldb,
+                   beta, C, ldc);
+}
+
+std::atomic<SbgemmFn>& active_sbgemm() {
+  static std::atomic<SbgemmFn> fn{library_sbgemm() != nullptr ? &call_library_sbgemm : nullptr};
+  return fn;
+}
+
 }  // namespace
+
+SbgemmFn sbgemm() { return active_sbgemm().load(); }
+
+bool is_library_sbgemm(SbgemmFn fn) { return fn != nullptr && fn == &call_library_sbgemm; }
+
+SbgemmFn set_sbgemm(SbgemmFn fn) { return active_sbgemm().exchange(fn); }
 
 void gemm(Op ta, Op tb, int m, int n, int k, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
-  check(ta, tb, m, n, k, lda, ldb, ldc);
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   cblas_sgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, k, alpha, A, lda, B, ldb, beta, C,
               ldc);
@@ -41,7 +74,7 @@ void gemm(Op ta, Op tb, int m, int n, int k, float alpha, const float* A, int ld
 
 void gemm(Op ta, Op tb, int m, int n, int k, double alpha, const double* A, int lda,
           const double* B, int ldb, double beta, double* C, int ldc) {
-  check(ta, tb, m, n, k, lda, ldb, ldc);
+  check_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   cblas_dgemm(CblasRowMajor, to_cblas(ta), to_cblas(tb), m, n, k, alpha, A, lda, B, ldb, beta, C,
               ldc);

@@ -1,4 +1,5 @@
-// cuBLAS GEMM wrapper: plain C++ calling the CUDA runtime and cuBLAS host APIs (no kernels).
+// cuBLAS GEMM wrapper: plain C++ calling the CUDA runtime and cuBLAS host APIs (no kernels; the
+// 16-bit operands of gemm_ex are converted by Kokkos kernels in blas/gemm_precision.cpp).
 #include "blas/cublas_gemm.hpp"
 
 #include <cublas_v2.h>
@@ -75,6 +76,21 @@ void gemm(void* stream, Op ta, Op tb, int m, int n, int k, double alpha, const d
   TESSERA_CUBLAS_CHECK(cublasSetStream(h, static_cast<cudaStream_t>(stream)));
   TESSERA_CUBLAS_CHECK(cublasDgemm(h, to_cublas(tb), to_cublas(ta), n, m, k, &alpha, B, ldb, A,
                                    lda, &beta, C, ldc));
+}
+
+void gemm_ex(void* stream, Precision operands, Op ta, Op tb, int m, int n, int k, float alpha,
+             const void* A, int lda, const void* B, int ldb, float beta, float* C, int ldc) {
+  if (operands == Precision::fp32) {
+    throw std::invalid_argument("tessera::blas::cublas::gemm_ex: operands must be bf16 or fp16");
+  }
+  const cudaDataType_t type = operands == Precision::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  cublasHandle_t h = handle();
+  if (m == 0 || n == 0) return;
+  TESSERA_CUBLAS_CHECK(cublasSetStream(h, static_cast<cudaStream_t>(stream)));
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+  TESSERA_CUBLAS_CHECK(cublasGemmEx(h, to_cublas(tb), to_cublas(ta), n, m, k, &alpha, B, type,
+                                    ldb, A, type, lda, &beta, C, CUDA_R_32F, ldc,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void release_handle() {

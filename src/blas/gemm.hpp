@@ -3,6 +3,7 @@
 // is host memory, cuBLAS where it is CUDA memory. The choice is made at compile time from
 // tessera::MemSpace; a device Kokkos without the CUDA wrappers is a build error.
 #include "blas/op.hpp"
+#include "core/precision.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera::blas {
@@ -21,6 +22,30 @@ void gemm(Op ta, Op tb, int m, int n, int k, float alpha, const float* A, int ld
           int ldb, float beta, float* C, int ldc);
 void gemm(Op ta, Op tb, int m, int n, int k, double alpha, const double* A, int lda,
           const double* B, int ldb, double beta, double* C, int ldc);
+
+/// \brief Mixed precision (blas/gemm_precision.cpp): C = alpha op(rp(A)) op(rp(B)) + beta C,
+/// where rp rounds each element of A and B to precision p (ties to even, kernels/precision.hpp)
+/// and the products are summed in fp32 into the fp32 C; A and B themselves are not modified.
+/// fp32 is the float gemm above. bf16 and fp16 convert A and B into grow-only scratch (kept
+/// for the next call, released at Kokkos::finalize) and run, by lowp_path(p):
+///   host: cblas_sbgemm on bf16 copies where OpenBLAS exports it (bf16), else sgemm on copies
+///         rounded to p ("emulated": the numerics of a 16-bit GEMM with fp32 accumulation,
+///         since products of bf16 or fp16 values are exact in fp32; fp32 speed);
+///   CUDA: cublasGemmEx on bf16 / fp16 copies, CUBLAS_COMPUTE_32F.
+/// Arguments as for the float gemm (checked before anything is read). Enqueued on exec; the
+/// host paths return when C is written. Calls are serialized within a process (one scratch).
+void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+/// The same on the default execution-space instance.
+void gemm(Precision p, Op ta, Op tb, int m, int n, int k, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc);
+
+/// \brief How gemm(exec, p, ...) computes in this build and process, for the run log:
+/// "cblas_sgemm", "cblas_sbgemm", "emulated (rounded operands, sgemm)", "cublasSgemm",
+/// "cublasGemmEx (CUDA_R_16BF, CUBLAS_COMPUTE_32F)", "cublasGemmEx (CUDA_R_16F, ...)", or
+/// "bf16 GEMM installed by cblas::set_sbgemm".
+const char* lowp_path(Precision p);
 
 /// \brief Threads OpenBLAS uses for host GEMM (n >= 1). Set it so that ranks x threads does not
 /// exceed the cores of a node.

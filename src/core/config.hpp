@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "core/precision.hpp"
+
 namespace tessera {
 
 enum class ModelKind { mlp, cnn, gpt };
-/// Arithmetic of activations and matrix products (master weights and reductions stay fp32).
-enum class Precision { fp32, bf16, fp16 };
 enum class Activation { relu, gelu };
 enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> CE, targets -> MSE
 enum class OptimizerKind { sgd, adamw };

@@ -1,0 +1,211 @@
+// Mixed-precision GEMM: operands rounded or converted to bf16 / fp16 by Kokkos kernels into
+// grow-only scratch, then the vendor BLAS (blas/gemm.hpp documents the contract).
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "blas/cblas_gemm.hpp"
+#include "blas/gemm.hpp"
+#include "core/memory.hpp"
+#include "kernels/precision.hpp"
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include "blas/cublas_gemm.hpp"
+#define TESSERA_GEMM_CUBLAS 1
+#endif
+
+namespace tessera::blas {
+namespace {
+
+/// Converts one element of an operand.
+struct ToBf16Bits {
+  KOKKOS_INLINE_FUNCTION std::uint16_t operator()(float x) const {
+    return kernels::to_bf16_bits(x);
+  }
+};
+struct ToFp16Bits {
+  KOKKOS_INLINE_FUNCTION std::uint16_t operator()(float x) const {
+    return kernels::to_fp16_bits(x);
+  }
+};
+#if !defined(TESSERA_GEMM_CUBLAS)
+struct RoundBf16 {
+  KOKKOS_INLINE_FUNCTION float operator()(float x) const { return kernels::round_bf16(x); }
+};
+struct RoundFp16 {
+  KOKKOS_INLINE_FUNCTION float operator()(float x) const { return kernels::round_fp16(x); }
+};
+#endif
+
+/// The stored shape of an operand: op(X) is (rows_op x cols_op), X is stored transposed for T.
+struct Stored {
+  int rows, cols, ld;
+  Index size() const { return Index(rows) * Index(cols); }
+  int packed_ld() const { return cols > 1 ? cols : 1; }
+};
+Stored stored(Op op, int rows_op, int cols_op, int ld) {
+  return op == Op::N ? Stored{rows_op, cols_op, ld} : Stored{cols_op, rows_op, ld};
+}
+
+/// \brief dst (rows, cols) packed = convert(src (rows, ld)) over the stored rows.
+template <class Out, class Convert>
+void pack(const ExecSpace& exec, const float* src, const Stored& s, Out* dst, Convert convert) {
+  if (s.ld == s.cols || s.rows == 1) {  // contiguous: one flat loop
+    Kokkos::parallel_for(
+        "tessera::blas::gemm::pack", range(exec, s.size()),
+        KOKKOS_LAMBDA(const Index i) { dst[i] = convert(src[i]); });
+    return;
+  }
+  const Index cols = s.cols, ld = s.ld;
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>;
+  Kokkos::parallel_for(
+      "tessera::blas::gemm::pack_strided", Policy(exec, {0, 0}, {Index(s.rows), cols}),
+      KOKKOS_LAMBDA(const Index r, const Index c) {
+        dst[r * cols + c] = convert(src[r * ld + c]);
+      });
+}
+
+/// A grow-only buffer in MemSpace, counted as activation memory; never shrinks, so a training
+/// loop that repeats its shapes allocates once. Released by a Kokkos finalize hook.
+template <class T>
+class Scratch {
+ public:
+  explicit Scratch(const char* what) : label_(mem::label(mem::Category::act, what)) {}
+
+  /// At least n elements (n may be 0). Work enqueued on `last` may still read the old buffer,
+  /// so it is fenced before the buffer is replaced.
+  T* reserve(const ExecSpace& last, Index n) {
+    if (Index(view_.extent(0)) < n || view_.data() == nullptr) {
+      last.fence();
+      view_ = Vector<T>();  // free first: never hold both
+      view_ = Vector<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_),
+                        std::size_t(n > 0 ? n : 1));
+    }
+    return view_.data();
+  }
+  void release() { view_ = Vector<T>(); }
+
+ private:
+  std::string label_;
+  Vector<T> view_;
+};
+
+/// Everything the mixed-precision GEMM keeps between calls, behind one mutex.
+struct State {
+  std::mutex mutex;
+  bool hooked = false;
+  std::optional<ExecSpace> last;  // CUDA: the instance the previous call enqueued on
+  Scratch<std::uint16_t> a16{"blas::gemm::A (16-bit)"}, b16{"blas::gemm::B (16-bit)"};
+  Scratch<float> a32{"blas::gemm::A (rounded)"}, b32{"blas::gemm::B (rounded)"};
+
+  void release() {
+    a16.release();
+    b16.release();
+    a32.release();
+    b32.release();
+    last.reset();
+    hooked = false;
+  }
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+#if !defined(TESSERA_GEMM_CUBLAS)
+/// Packs both operands with `convert` and runs `product` on the packed copies.
+template <class Out, class Convert, class Product>
+void packed_product(const ExecSpace& exec, Scratch<Out>& sa, Scratch<Out>& sb, const float* A,
+                    const Stored& a, const float* B, const Stored& b, Convert convert,
+                    Product product) {
+  Out* pa = sa.reserve(exec, a.size());
+  Out* pb = sb.reserve(exec, b.size());
+  pack(exec, A, a, pa, convert);
+  pack(exec, B, b, pb, convert);
+  exec.fence();  // host BLAS reads the copies next
+  product(pa, pb);
+}
+#endif
+
+}  // namespace
+
+void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  if (p == Precision::fp32) {
+    gemm(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  const Stored a = stored(ta, m, k, lda), b = stored(tb, k, n, ldb);
+  const int pa_ld = a.packed_ld(), pb_ld = b.packed_ld();
+
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.hooked) {
+    Kokkos::push_finalize_hook([] { state().release(); });
+    s.hooked = true;
+  }
+#if defined(TESSERA_GEMM_CUBLAS)
+  // The previous call's GEMM may still read the scratch on another stream.
+  if (s.last && s.last->cuda_stream() != exec.cuda_stream()) s.last->fence();
+  s.last = exec;
+  std::uint16_t* pa = s.a16.reserve(exec, a.size());
+  std::uint16_t* pb = s.b16.reserve(exec, b.size());
+  if (p == Precision::bf16) {
+    pack(exec, A, a, pa, ToBf16Bits{});
+    pack(exec, B, b, pb, ToBf16Bits{});
+  } else {
+    pack(exec, A, a, pa, ToFp16Bits{});
+    pack(exec, B, b, pb, ToFp16Bits{});
+  }
+  cublas::gemm_ex(exec.cuda_stream(), p, ta, tb, m, n, k, alpha, pa, pa_ld, pb, pb_ld, beta, C,
+                  ldc);
+#else
+  const cblas::SbgemmFn sbgemm = p == Precision::bf16 ? cblas::sbgemm() : nullptr;
+  if (sbgemm != nullptr) {
+    packed_product(exec, s.a16, s.b16, A, a, B, b, ToBf16Bits{},
+                   [&](const std::uint16_t* pa, const std::uint16_t* pb) {
+                     sbgemm(ta, tb, m, n, k, alpha, pa, pa_ld, pb, pb_ld, beta, C, ldc);
+                   });
+    return;
+  }
+  const auto sgemm = [&](const float* pa, const float* pb) {
+    cblas::gemm(ta, tb, m, n, k, alpha, pa, pa_ld, pb, pb_ld, beta, C, ldc);
+  };
+  if (p == Precision::bf16) {
+    packed_product(exec, s.a32, s.b32, A, a, B, b, RoundBf16{}, sgemm);
+  } else {
+    packed_product(exec, s.a32, s.b32, A, a, B, b, RoundFp16{}, sgemm);
+  }
+#endif
+}
+
+const char* lowp_path(Precision p) {
+#if defined(TESSERA_GEMM_CUBLAS)
+  switch (p) {
+    case Precision::bf16:
+      return "cublasGemmEx (CUDA_R_16BF, CUBLAS_COMPUTE_32F)";
+    case Precision::fp16:
+      return "cublasGemmEx (CUDA_R_16F, CUBLAS_COMPUTE_32F)";
+    case Precision::fp32:
+      break;
+  }
+  return "cublasSgemm";
+#else
+  if (p == Precision::fp32) return "cblas_sgemm";
+  const cblas::SbgemmFn sbgemm = p == Precision::bf16 ? cblas::sbgemm() : nullptr;
+  if (sbgemm == nullptr) return "emulated (rounded operands, sgemm)";
+  return cblas::is_library_sbgemm(sbgemm) ? "cblas_sbgemm"
+                                          : "bf16 GEMM installed by cblas::set_sbgemm";
+#endif
+}
+
+void gemm(Precision p, Op ta, Op tb, int m, int n, int k, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc) {
+  gemm(ExecSpace(), p, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace tessera::blas

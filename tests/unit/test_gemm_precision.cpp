@@ -1,0 +1,285 @@
+// tessera::blas::gemm(exec, Precision, ...) against a double-precision reference on operands
+// rounded with kernels/precision.hpp: every precision, all transposes, padded rows, alpha and
+// beta != 1; the rounding is visible (bf16 and fp16 results differ from fp32 by about their
+// epsilon on random data, bf16 more than fp16); the cblas_sbgemm path through a stand-in.
+// Matrices live in MemSpace, so a CUDA Kokkos build runs the same checks on cublasGemmEx.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "blas/cblas_gemm.hpp"
+#include "blas/gemm.hpp"
+#include "kernel_test_util.hpp"
+#include "kernels/precision.hpp"
+
+namespace {
+
+using namespace tessera;
+using blas::Op;
+namespace k = tessera::kernels;
+
+constexpr Precision kPrecisions[] = {Precision::fp32, Precision::bf16, Precision::fp16};
+constexpr bool kHostMemory = std::is_same_v<MemSpace, HostSpace>;
+
+/// One product: the stored operands (with padding), C before and after.
+struct Product {
+  Op ta, tb;
+  int m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  std::vector<float> a, b, c0, c;
+};
+
+Product make(Op ta, Op tb, int m, int n, int k, int pad, float alpha, float beta, unsigned seed,
+             double range = 1.0) {
+  Product p{ta, tb, m, n, k, 0, 0, 0, alpha, beta, {}, {}, {}, {}};
+  const int a_rows = ta == Op::N ? m : k, a_cols = ta == Op::N ? k : m;
+  const int b_rows = tb == Op::N ? k : n, b_cols = tb == Op::N ? n : k;
+  p.lda = std::max(a_cols, 1) + pad;
+  p.ldb = std::max(b_cols, 1) + 2 * pad;
+  p.ldc = std::max(n, 1) + 3 * pad;
+  p.a = test::random_vector<float>(std::size_t(a_rows) * p.lda, seed, -range, range);
+  p.b = test::random_vector<float>(std::size_t(b_rows) * p.ldb, seed + 1, -range, range);
+  p.c0 = test::random_vector<float>(std::size_t(std::max(m, 1)) * p.ldc, seed + 2);
+  return p;
+}
+
+/// Runs blas::gemm at precision pr on device copies; checks A and B are left as they were.
+void run(Product& p, Precision pr) {
+  auto d_a = test::to_device(p.a), d_b = test::to_device(p.b), d_c = test::to_device(p.c0);
+  blas::gemm(ExecSpace(), pr, p.ta, p.tb, p.m, p.n, p.k, p.alpha, d_a.data(), p.lda, d_b.data(),
+             p.ldb, p.beta, d_c.data(), p.ldc);
+  p.c = test::to_host(d_c);
+  const std::vector<float> a_after = test::to_host(d_a), b_after = test::to_host(d_b);
+  EXPECT_EQ(std::memcmp(a_after.data(), p.a.data(), p.a.size() * sizeof(float)), 0) << "A changed";
+  EXPECT_EQ(std::memcmp(b_after.data(), p.b.data(), p.b.size() * sizeof(float)), 0) << "B changed";
+}
+
+/// C against alpha op(r(A)) op(r(B)) + beta C0 in double, r rounding to pr; the bound is fp32
+/// accumulation's: (k + 2) 2^-22 (|alpha| sum |a b| + |beta c0|). Padding must be untouched.
+void check(const Product& p, Precision pr) {
+  auto A = [&](int i, int q) { return p.ta == Op::N ? p.a[i * p.lda + q] : p.a[q * p.lda + i]; };
+  auto B = [&](int q, int j) { return p.tb == Op::N ? p.b[q * p.ldb + j] : p.b[j * p.ldb + q]; };
+  for (int i = 0; i < p.m; ++i) {
+    for (int j = 0; j < p.ldc; ++j) {
+      const std::size_t at = std::size_t(i) * p.ldc + j;
+      if (j >= p.n) {
+        ASSERT_EQ(p.c[at], p.c0[at]) << "padding written at row " << i << " col " << j;
+        continue;
+      }
+      double sum = 0.0, magnitude = 0.0;
+      for (int q = 0; q < p.k; ++q) {
+        const double prod = double(k::round_to(pr, A(i, q))) * double(k::round_to(pr, B(q, j)));
+        sum += prod;
+        magnitude += std::fabs(prod);
+      }
+      const double c0 = double(p.c0[at]);
+      const double want = double(p.alpha) * sum + double(p.beta) * c0;
+      const double tol = (p.k + 2) * std::ldexp(1.0, -22) *
+                         (std::fabs(p.alpha) * magnitude + std::fabs(p.beta * c0));
+      ASSERT_NEAR(double(p.c[at]), want, tol) << "C(" << i << "," << j << ")";
+    }
+  }
+}
+
+const char* op_name(Op op) { return op == Op::N ? "N" : "T"; }
+
+TEST(GemmPrecision, EveryPrecisionTransposePaddingAlphaBeta) {
+  for (Precision pr : kPrecisions) {
+    for (Op ta : {Op::N, Op::T}) {
+      for (Op tb : {Op::N, Op::T}) {
+        SCOPED_TRACE(::testing::Message()
+                     << precision_name(pr) << " ta=" << op_name(ta) << " tb=" << op_name(tb));
+        const unsigned seed = 100 + unsigned(pr) * 10 + unsigned(ta) * 2 + unsigned(tb);
+        for (Product p : {make(ta, tb, 7, 5, 3, 0, 1.5f, -0.75f, seed),
+                          make(ta, tb, 13, 17, 11, 3, -0.5f, 2.0f, seed),
+                          make(ta, tb, 1, 9, 31, 1, 1.0f, 1.0f, seed),
+                          make(ta, tb, 33, 1, 64, 4, 0.25f, 0.0f, seed),
+                          make(ta, tb, 40, 24, 300, 2, 1.0f, 0.5f, seed)}) {
+          run(p, pr);
+          check(p, pr);
+        }
+      }
+    }
+  }
+}
+
+/// max |x - y| / max |y|
+double relative_difference(const std::vector<float>& x, const std::vector<float>& y) {
+  double diff = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    diff = std::max(diff, std::fabs(double(x[i]) - double(y[i])));
+    scale = std::max(scale, std::fabs(double(y[i])));
+  }
+  return diff / scale;
+}
+
+TEST(GemmPrecision, OperandRoundingIsVisibleAtEachFormatsEpsilon) {
+  // k = 256 random products: rounding each operand moves every product by about 2^-p
+  // relatively (p = 8 for bf16, 11 for fp16); the sums then differ from fp32's by about
+  // 2^-p |C|, far above fp32's own error (~1e-6 relative) and far below O(1).
+  std::vector<float> out[3];
+  for (Precision pr : kPrecisions) {
+    Product p = make(Op::N, Op::T, 32, 48, 256, 0, 1.0f, 0.0f, 77);
+    run(p, pr);
+    check(p, pr);
+    out[int(pr)] = p.c;
+  }
+  const double bf16 = relative_difference(out[int(Precision::bf16)], out[int(Precision::fp32)]);
+  const double fp16 = relative_difference(out[int(Precision::fp16)], out[int(Precision::fp32)]);
+  RecordProperty("bf16_vs_fp32", std::to_string(bf16));
+  RecordProperty("fp16_vs_fp32", std::to_string(fp16));
+  EXPECT_GT(bf16, std::ldexp(1.0, -11)) << "bf16 operands were not rounded";
+  EXPECT_LT(bf16, std::ldexp(1.0, -5));
+  EXPECT_GT(fp16, std::ldexp(1.0, -14)) << "fp16 operands were not rounded";
+  EXPECT_LT(fp16, std::ldexp(1.0, -8));
+  EXPECT_GT(bf16, 3.0 * fp16) << "bf16 (8 significant bits) should be coarser than fp16 (11)";
+}
+
+TEST(GemmPrecision, Fp16OverflowsWhereBf16DoesNot) {
+  // 70000 is beyond fp16's 65504: the fp16 product is inf, bf16 keeps fp32's range.
+  std::vector<float> a = {70000.0f, 1.0f}, b = {1.0f, 1.0f};
+  for (Precision pr : {Precision::bf16, Precision::fp16}) {
+    auto d_a = test::to_device(a), d_b = test::to_device(b);
+    auto d_c = test::to_device(std::vector<float>{0.0f});
+    blas::gemm(ExecSpace(), pr, Op::N, Op::N, 1, 1, 2, 1.0f, d_a.data(), 2, d_b.data(), 1, 0.0f,
+               d_c.data(), 1);
+    EXPECT_EQ(k::all_finite(ExecSpace(), d_c), pr == Precision::bf16) << precision_name(pr);
+  }
+}
+
+TEST(GemmPrecision, EdgeShapesAndBadArguments) {
+  for (Precision pr : kPrecisions) {
+    SCOPED_TRACE(precision_name(pr));
+    // k = 0: C = beta C.
+    Product p = make(Op::N, Op::N, 3, 4, 0, 1, 2.0f, 0.5f, 5);
+    run(p, pr);
+    check(p, pr);
+    // m = 0 or n = 0: nothing is read or written.
+    blas::gemm(ExecSpace(), pr, Op::N, Op::N, 0, 4, 3, 1.0f, nullptr, 3, nullptr, 4, 0.0f, nullptr,
+               4);
+    blas::gemm(ExecSpace(), pr, Op::N, Op::N, 3, 0, 3, 1.0f, nullptr, 3, nullptr, 1, 0.0f, nullptr,
+               1);
+    // A leading dimension below the stored row width is refused before anything is read.
+    EXPECT_THROW(blas::gemm(ExecSpace(), pr, Op::N, Op::N, 2, 2, 3, 1.0f, nullptr, 2, nullptr, 2,
+                            0.0f, nullptr, 2),
+                 std::invalid_argument);
+    EXPECT_THROW(blas::gemm(ExecSpace(), pr, Op::T, Op::N, 2, 2, 3, 1.0f, nullptr, 1, nullptr, 2,
+                            0.0f, nullptr, 2),
+                 std::invalid_argument);
+    EXPECT_THROW(blas::gemm(ExecSpace(), pr, Op::N, Op::N, -1, 2, 3, 1.0f, nullptr, 3, nullptr, 2,
+                            0.0f, nullptr, 2),
+                 std::invalid_argument);
+  }
+}
+
+TEST(GemmPrecision, ScratchGrowsAndIsReused) {
+  // Small, large, small again, then the large one: each must be right whatever the scratch holds.
+  for (Precision pr : {Precision::bf16, Precision::fp16}) {
+    for (int round = 0; round < 2; ++round) {
+      for (int size : {3, 120, 5}) {
+        Product p = make(Op::T, Op::N, size, size + 1, size + 2, 1, 1.0f, 0.0f, unsigned(size));
+        run(p, pr);
+        check(p, pr);
+      }
+    }
+  }
+}
+
+TEST(GemmPrecision, LowpPathNamesWhatRuns) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  EXPECT_STREQ(blas::lowp_path(Precision::fp32), "cublasSgemm");
+  EXPECT_STREQ(blas::lowp_path(Precision::bf16), "cublasGemmEx (CUDA_R_16BF, CUBLAS_COMPUTE_32F)");
+  EXPECT_STREQ(blas::lowp_path(Precision::fp16), "cublasGemmEx (CUDA_R_16F, CUBLAS_COMPUTE_32F)");
+#else
+  EXPECT_STREQ(blas::lowp_path(Precision::fp32), "cblas_sgemm");
+  EXPECT_STREQ(blas::lowp_path(Precision::fp16), "emulated (rounded operands, sgemm)");
+  const bool library = blas::cblas::is_library_sbgemm(blas::cblas::sbgemm());
+  EXPECT_STREQ(blas::lowp_path(Precision::bf16),
+               library ? "cblas_sbgemm" : "emulated (rounded operands, sgemm)");
+  std::printf("bf16 GEMM here: %s\n", blas::lowp_path(Precision::bf16));
+#endif
+}
+
+// --- The cblas_sbgemm path, through a stand-in with its contract --------------------------
+
+int sbgemm_calls = 0;
+
+/// Row-major C = alpha op(A) op(B) + beta C on bf16 patterns, summed in double and stored as
+/// float: what an exact bf16 GEMM with fp32 output gives. Records that it ran.
+void reference_sbgemm(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A,
+                      int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  ++sbgemm_calls;
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0.0;
+      for (int q = 0; q < k; ++q) {
+        const std::uint16_t a = ta == Op::N ? A[i * lda + q] : A[q * lda + i];
+        const std::uint16_t b = tb == Op::N ? B[q * ldb + j] : B[j * ldb + q];
+        sum += double(k::from_bf16_bits(a)) * double(k::from_bf16_bits(b));
+      }
+      float& c = C[i * ldc + j];
+      c = float(double(alpha) * sum + (beta == 0.0f ? 0.0 : double(beta) * double(c)));
+    }
+  }
+}
+
+/// Installs a bf16 GEMM for the lifetime of the object, then puts the previous one back.
+class InstalledSbgemm {
+ public:
+  explicit InstalledSbgemm(blas::cblas::SbgemmFn fn) : previous_(blas::cblas::set_sbgemm(fn)) {}
+  ~InstalledSbgemm() { blas::cblas::set_sbgemm(previous_); }
+  InstalledSbgemm(const InstalledSbgemm&) = delete;
+  InstalledSbgemm& operator=(const InstalledSbgemm&) = delete;
+
+ private:
+  blas::cblas::SbgemmFn previous_;
+};
+
+TEST(GemmPrecision, Bf16TakesTheSbgemmPathWhenOneIsThere) {
+  if (!kHostMemory)
+    GTEST_SKIP() << "cblas_sbgemm is the host path; this build multiplies on the device";
+  InstalledSbgemm installed(&reference_sbgemm);
+  EXPECT_STREQ(blas::lowp_path(Precision::bf16), "bf16 GEMM installed by cblas::set_sbgemm");
+  EXPECT_STREQ(blas::lowp_path(Precision::fp16), "emulated (rounded operands, sgemm)");
+  sbgemm_calls = 0;
+  for (Op ta : {Op::N, Op::T}) {
+    for (Op tb : {Op::N, Op::T}) {
+      SCOPED_TRACE(::testing::Message() << "ta=" << op_name(ta) << " tb=" << op_name(tb));
+      Product p = make(ta, tb, 13, 17, 11, 3, -0.5f, 2.0f, 9);
+      run(p, Precision::bf16);
+      check(p, Precision::bf16);
+    }
+  }
+  EXPECT_EQ(sbgemm_calls, 4);
+  // fp16 has no such routine and fp32 never uses it.
+  Product p = make(Op::N, Op::N, 4, 4, 4, 0, 1.0f, 0.0f, 3);
+  run(p, Precision::fp16);
+  run(p, Precision::fp32);
+  EXPECT_EQ(sbgemm_calls, 4);
+}
+
+TEST(GemmPrecision, SbgemmAndEmulationAgree) {
+  if (!kHostMemory)
+    GTEST_SKIP() << "cblas_sbgemm is the host path; this build multiplies on the device";
+  Product with = make(Op::T, Op::N, 24, 20, 200, 2, 1.0f, 0.25f, 21), without = with;
+  {
+    InstalledSbgemm installed(&reference_sbgemm);
+    run(with, Precision::bf16);
+  }
+  {
+    InstalledSbgemm installed(nullptr);  // force the emulation even where OpenBLAS has sbgemm
+    EXPECT_STREQ(blas::lowp_path(Precision::bf16), "emulated (rounded operands, sgemm)");
+    run(without, Precision::bf16);
+  }
+  check(with, Precision::bf16);
+  check(without, Precision::bf16);
+  EXPECT_LT(relative_difference(with.c, without.c), 1e-5);
+}
+
+}  // namespace
