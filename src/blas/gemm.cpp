@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "blas/cblas_gemm.hpp"
+#include "kernels/precision.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #if !defined(TESSERA_HAVE_CUDA_WRAPPERS)
@@ -32,11 +33,34 @@ void gemm_dispatch(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
 #endif
 }
 
+Precision process_precision = Precision::fp32;
+
 }  // namespace
+
+void set_matmul_precision(Precision p) { process_precision = p; }
+Precision matmul_precision() { return process_precision; }
+
+void gemm_fp32(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
+               int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  gemm_dispatch(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
           int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  gemm_dispatch(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  const Precision p = process_precision;
+  if (p == Precision::fp32) {
+    gemm_dispatch(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  gemm(exec, p, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  // The product is stored in p: round C (rows of n at stride ldc).
+  const Index cols = n;
+  Kokkos::parallel_for("tessera::blas::gemm::round_output",
+                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, Index(m) * cols),
+                       KOKKOS_LAMBDA(const Index e) {
+                         float& c = C[(e / cols) * ldc + e % cols];
+                         c = kernels::round_to(p, c);
+                       });
 }
 
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, double alpha,

@@ -47,6 +47,17 @@ void gemm(Precision p, Op ta, Op tb, int m, int n, int k, float alpha, const flo
 /// "bf16 GEMM installed by cblas::set_sbgemm".
 const char* lowp_path(Precision p);
 
+/// \brief The precision of every float gemm(exec, ta, ...) in this process from now on
+/// (train.precision; fp32 by default): bf16 and fp16 run gemm(exec, p, ...) and round C to p
+/// as well, so the product is stored in p as a 16-bit GEMM's output would be (fp16 overflows to
+/// inf beyond 65504). Double GEMMs and gemm(exec, p, ...) are not affected.
+void set_matmul_precision(Precision p);
+Precision matmul_precision();
+
+/// \brief A float GEMM in fp32 whatever set_matmul_precision() says.
+void gemm_fp32(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
+               int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
 /// \brief Threads OpenBLAS uses for host GEMM (n >= 1). Set it so that ranks x threads does not
 /// exceed the cores of a node.
 void set_threads(int n);

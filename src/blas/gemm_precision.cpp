@@ -134,7 +134,7 @@ void packed_product(const ExecSpace& exec, Scratch<Out>& sa, Scratch<Out>& sb, c
 void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   if (p == Precision::fp32) {
-    gemm(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_fp32(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);

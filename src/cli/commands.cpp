@@ -77,6 +77,7 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
   const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
                           cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
+  blas::set_matmul_precision(cfg.train.precision);
   const auto split = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.test_split,
                                     cfg.model.context, cfg.data.cache);
   io::Split& test = *split;

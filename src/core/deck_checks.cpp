@@ -103,6 +103,9 @@ void resolve_layout(Config& cfg, int world_size) {
   if (cfg.model.kind == ModelKind::cnn && cfg.model.kernel % 2 == 0)
     fail("model.kernel", fmt::format("{} is even; a cnn kernel is odd (zero padding kernel/2 keeps the size)",
                                      cfg.model.kernel));
+  if (cfg.train.precision == Precision::fp16 && (cfg.train.loss_scale < 1.0 || cfg.train.loss_scale > 16777216.0))
+    fail("train.loss_scale", fmt::format("{} with train.precision = \"fp16\": the dynamic loss scale "
+                                         "lives in [1, 2^24]", cfg.train.loss_scale));
   if (cfg.train.recompute && !gpt)
     fail("train.recompute", fmt::format("recomputation works on transformer blocks; model.kind = \"{}\" "
                                         "has none (set train.recompute = false)", to_string(cfg.model.kind)));

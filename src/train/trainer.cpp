@@ -10,6 +10,7 @@
 #include "core/deck.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "blas/gemm.hpp"
 #include "optim/schedule.hpp"
 #include "train/pipeline.hpp"
 #include "train/stop_signal.hpp"
@@ -233,9 +234,14 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   allocate_batch(train_->info(), static_cast<std::size_t>(micro), h_inputs_, h_labels_, h_targets_,
                  inputs_, labels_, targets_);
 
+  blas::set_matmul_precision(cfg_.train.precision);
+  scaler_ = std::make_unique<LossScaler>(cfg_.train.precision, cfg_.train.loss_scale,
+                                         cfg_.train.loss_scale_window);
   if (!resume_path.empty()) {
     state_ = ckpt_->load(resume_path, *model_, *dp_);
     resumed_from_ = last_checkpoint_step_ = state_.step;
+    if (scaler_->enabled())
+      scaler_->set_state({state_.loss_scale, state_.loss_scale_good_steps, state_.skipped_steps});
   }
   out_ = std::make_unique<RunOutput>(comm_.is_root(), cfg_.run.output_dir,
                                      resumed_from_ >= 0 ? std::optional(state_.step) : std::nullopt);
@@ -253,6 +259,13 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
                         cfg_.comm.no_sync, cfg_.parallel.zero));
   out_->log(comm_.describe_backend());
+  if (cfg_.train.precision != Precision::fp32)
+    out_->log(fmt::format("precision: {} matrix products ({}), outputs stored in {}; master weights, "
+                          "optimizer and reductions fp32{}", precision_name(cfg_.train.precision),
+                          blas::lowp_path(cfg_.train.precision), precision_name(cfg_.train.precision),
+                          scaler_->enabled() ? fmt::format("; dynamic loss scale from {}, doubled after {} "
+                                                           "finite steps", scaler_->scale(), scaler_->window())
+                                             : std::string()));
   if (resumed_from_ >= 0)
     out_->log(fmt::format("resumed from {} at step {} (epoch {}, batch {})", resume_path,
                           state_.step, state_.epoch, state_.batch_in_epoch));
@@ -300,7 +313,9 @@ std::string Trainer::prepare_output_dir(const ResumeRequest& resume) {
 double Trainer::train_step(double lr) {
   const auto batch = sampler_->global_batch(state_.epoch, state_.batch_in_epoch);
   const auto local = Sampler::part(batch, comm_.rank(Group::data), comm_.size(Group::data));
-  const float scale = 1.0f / static_cast<float>(batch.size());
+  // fp16: the loss gradient carries the loss scale; finish_step divides it out again.
+  const float loss_scale = scaler_->scale();
+  const float scale = loss_scale / static_cast<float>(batch.size());
   const int stage = comm_.rank(Group::pipeline), stages = comm_.size(Group::pipeline);
   const int micro_batches = cfg_.parallel.micro_batches;
   dp_->begin_step(exec_);
@@ -399,7 +414,16 @@ double Trainer::train_step(double lr) {
   }
 
   // The rest of the exchange, norm, clipping, the update (and ZeRO's allgather).
-  const double grad_norm = dp_->finish_step(exec_, lr);
+  const double grad_norm = dp_->finish_step(exec_, lr, loss_scale, scaler_->enabled());
+  // The norm is reduced over every group, so every rank takes the same decision.
+  scaler_->update(!dp_->skipped());
+  const LossScaler::State ss = scaler_->state();
+  state_.loss_scale = ss.scale;
+  state_.loss_scale_good_steps = ss.good_steps;
+  state_.skipped_steps = ss.skipped;
+  if (dp_->skipped())
+    out_->log(fmt::format("step {}: fp16 overflow in the gradients (scale {}): update skipped, loss scale now {}",
+                          state_.step + 1, loss_scale, scaler_->scale()));
   timer_.add(Phase::allreduce, dp_->last_comm_seconds());
   timer_.add(Phase::optimizer, dp_->last_update_seconds());
   // The loss lives on the last stage; its tensor ranks all hold it: count it once.
@@ -411,7 +435,7 @@ double Trainer::train_step(double lr) {
   stop_requested_ = reduced[2] > 0.0;
   const double loss = reduced[0] / static_cast<double>(batch.size());
   last_grad_norm_ = grad_norm;
-  if (reduced[1] > 0.0 || !std::isfinite(loss)) {
+  if (!dp_->skipped() && (reduced[1] > 0.0 || !std::isfinite(loss))) {
     const std::string latest = last_checkpoint_step_ >= 0 ? fmt::format("step {}", last_checkpoint_step_) : "none";
     out_->summary(summary("numerical_failure"));
     throw NumericError(fmt::format(
@@ -559,6 +583,13 @@ nlohmann::json Trainer::summary(const std::string& status) const {
                            ? static_cast<double>(total_samples_timed_) / total_step_seconds_ : 0.0;
   j["wall_s"] = StepTimer::now() - run_start_wall_;
   j["layout"] = comm_.layout(cfg_.parallel.zero);
+  j["precision"] = precision_name(cfg_.train.precision);
+  if (scaler_ && scaler_->enabled()) {
+    j["loss_scale"] = scaler_->scale();
+    j["skipped_steps"] = scaler_->state().skipped;
+  }
+  if (cfg_.model.kind == ModelKind::gpt && j.contains("samples_per_s"))
+    j["tokens_per_s"] = j["samples_per_s"].get<double>() * cfg_.model.context;
   j["ranks"] = comm_.size();
   j["parameters"] = model_->params().parameter_count();
   j["resumed_from_step"] = resumed_from_ >= 0 ? nlohmann::json(resumed_from_) : nlohmann::json(nullptr);

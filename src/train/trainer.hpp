@@ -11,6 +11,7 @@
 #include "io/dataset.hpp"
 #include "train/data_parallel.hpp"
 #include "train/checkpointer.hpp"
+#include "train/loss_scaler.hpp"
 #include "train/model.hpp"
 #include "train/run_output.hpp"
 #include "train/sampler.hpp"
@@ -82,6 +83,7 @@ class Trainer {
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Checkpointer> ckpt_;
   std::unique_ptr<RunOutput> out_;
+  std::unique_ptr<LossScaler> scaler_;
   TrainState state_;
   std::int64_t resumed_from_ = -1, last_checkpoint_step_ = -1, last_eval_step_ = -1;
   EvalResult last_eval_;
