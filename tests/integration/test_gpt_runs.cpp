@@ -139,11 +139,11 @@ TEST(Gpt, GenerationIsAPureFunctionOfTheSeed) {
   EXPECT_EQ(gen(1, "--temperature 0"), gen(1, "--temperature 0 --seed 99"));  // greedy ignores the seed
 }
 
-// bf16 and fp16 track the fp32 curve: the same 30 steps within a tolerance measured here (bf16's
-// 8-bit mantissa: 3e-3 relative at most; fp16's 11 bits: 1e-3), documented in docs/precision.md.
+// bf16 and fp16 track the fp32 curve: the same 30 steps within a tolerance about 8x what was
+// measured here (bf16 1.2e-4, fp16 1.3e-5 relative at most), documented in docs/precision.md.
 TEST(Gpt, MixedPrecisionTracksFp32) {
   const auto ref = train_losses(reference());
-  for (const auto& [precision, tolerance] : {std::pair{"bf16", 3e-3}, std::pair{"fp16", 1e-3}}) {
+  for (const auto& [precision, tolerance] : {std::pair{"bf16", 1e-3}, std::pair{"fp16", 2e-4}}) {
     SCOPED_TRACE(precision);
     const std::string dir = fresh_dir(std::string("gpt_") + precision);
     const RunResult r = tessera(2, gpt_args(dir, std::string("--set train.precision=") + precision +
