@@ -10,7 +10,7 @@
 #     tokens/s is its SUMMARY median-step figure;
 #   - tessera on 1 rank (OPENBLAS_NUM_THREADS=2) and on 2 ranks (1 each):
 #       tools/mpirun.sh -n N build/tessera train inputs/kjv_gpt.toml --set train.steps=STEPS
-#         --set train.log_every=5 (no evaluation, no checkpoint)
+#         --set train.log_every=5 (no evaluation, no checkpoint, no warm-up: the peer has none)
 #     tokens/s = context x the median samples_per_s of metrics.csv's rows after the first 10 steps.
 # Writes bench/results/gpt_compare.csv (who,config,coretype,rep,tokens_per_s) and
 # bench/results/gpt_compare.md (medians, ratio to the peer under the same coretype, GFLOP/s and MFU
@@ -69,7 +69,7 @@ run_tessera_gpt() {
   if ! with_coretype "$coretype" env OPENBLAS_NUM_THREADS="$ob_threads" \
       tools/mpirun.sh -n "$ranks" "$build/tessera" train "$deck" --set "train.steps=$steps" \
       --set train.log_every=5 --set eval.every_steps=0 --set eval.at_end=false \
-      --set checkpoint.at_end=false --set checkpoint.every_steps=0 \
+      --set checkpoint.at_end=false --set checkpoint.every_steps=0 --set schedule.warmup_steps=0 \
       --set "run.output_dir=\"$out\"" --set run.overwrite=true >"$log" 2>&1; then
     echo "error: tessera $tag failed; see $log" >&2
     tail -n 5 "$log" >&2
