@@ -37,11 +37,6 @@ runs=$results/tmp
 csv=$results/gpt_compare.csv
 md=$results/gpt_compare.md
 
-die() {
-  echo "error: $1" >&2
-  [[ -n "${2:-}" ]] && echo "---> HINT: $2" >&2
-  exit 1
-}
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS='$reps' is not a positive integer"
 [[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 20 ]] || die "STEPS='$steps': need at least 20 (10 are warm-up)"
 [[ -x "$build/tessera" ]] || die "$build/tessera not found" "cmake -S . -B $build && cmake --build $build"

@@ -13,6 +13,14 @@
 # The Python that has torch (the pyenv python3 on PATH lacks it).
 PEER_PYTHON=${PEER_PYTHON:-/usr/bin/python3}
 
+# \brief Print an error (and a hint, when given) and exit 1.
+# \param $1 what is wrong, $2 optional hint
+die() {
+  echo "error: $1" >&2
+  [[ -n "${2:-}" ]] && echo "---> HINT: $2" >&2
+  exit 1
+}
+
 # \brief Print the folder of the fixed PyTorch peers: ../shared/peers next to the repository,
 # else $PEERS_DIR. Fails with a hint when neither holds mlp_torch.py.
 peers_dir() {

@@ -38,11 +38,6 @@ csv=$results/mlp_compare.csv
 md=$results/mlp_compare.md
 
 # Check everything up front: a missing piece should fail now, not after an hour of peers.
-die() {
-  echo "error: $1" >&2
-  [[ -n "${2:-}" ]] && echo "---> HINT: $2" >&2
-  exit 1
-}
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS='$reps' is not a positive integer"
 [[ "$epochs" =~ ^[1-9][0-9]*$ ]] || die "EPOCHS='$epochs' is not a positive integer"
 [[ -x "$build/bench/peak_flops" ]] ||
