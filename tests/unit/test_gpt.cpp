@@ -10,6 +10,8 @@
 #include "gradient_check.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/reduce.hpp"
+#include "kernels/attention.hpp"
+#include "nn/attention.hpp"
 #include "nn/gpt.hpp"
 #include "nn/param_store.hpp"
 
@@ -75,6 +77,30 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
     const std::vector<double> g(grads.begin() + long(info.offset), grads.begin() + long(info.offset + info.size));
     expect_gradient(info.name.c_str(), Flat(store.values().data() + info.offset, info.size), g, loss);
   }
+}
+
+// The GEMM attention the model runs against the one-thread-per-row reference kernels: forward
+// output and probabilities, and the backward's dqkv (double, 2 samples, 3 heads of 4, T = 6).
+TEST(Gpt, GemmAttentionEqualsTheReferenceKernels) {
+  const ExecSpace exec;
+  const std::size_t B = 2, H = 3, T = 6, C = 12, rows = B * T;
+  const Matrix<double> qkv = to_device(tessera::test::random_vector<double>(rows * 3 * C, 4, -1.5, 1.5), rows, 3 * C);
+  const Matrix<double> dy = to_device(tessera::test::random_vector<double>(rows * C, 5, -1, 1), rows, C);
+  Matrix<double> y_ref("y_ref", rows, C), y("y", rows, C), d_ref("d_ref", rows, 3 * C), d("d", rows, 3 * C);
+  kernels::AttentionView<double> att_ref("att_ref", B, H, T, T), ds_ref("ds_ref", B, H, T, T),
+      att("att", B, H, T, T), ds("ds", B, H, T, T);
+  kernels::attention_forward(exec, qkv, y_ref, att_ref);
+  kernels::attention_backward(exec, qkv, att_ref, dy, d_ref, ds_ref);
+  nn::attention_forward<double>(exec, qkv, y, nn::AttentionScores<double>(att.data(), B, H, T, T));
+  nn::attention_backward<double>(exec, qkv, nn::AttentionScores<double>(att.data(), B, H, T, T), dy, d,
+                                 nn::AttentionScores<double>(ds.data(), B, H, T, T));
+  const auto close = [](const std::vector<double>& a, const std::vector<double>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-12) << what << "[" << i << "]";
+  };
+  close(to_host(y_ref), to_host(y), "y");
+  close(to_host(Vector<double>(att_ref.data(), att_ref.size())), to_host(Vector<double>(att.data(), att.size())), "att");
+  close(to_host(d_ref), to_host(d), "dqkv");
 }
 
 TEST(Gpt, NamesFollowGpt2) {
