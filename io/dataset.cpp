@@ -13,6 +13,7 @@
 #include "comm/agree.hpp"
 #include "io/column.hpp"
 #include "io/h5.hpp"
+#include "io/token_dataset.hpp"
 #include "comm/mpi_check.hpp"
 
 namespace tessera::io {
@@ -264,88 +265,26 @@ void SupervisedSplit::read(std::span<const std::int64_t> indices, float* inputs,
   }
 }
 
-TokenSplit::TokenSplit(MPI_Comm comm, const std::string& path, const std::string& split,
-                       std::int64_t context) {
-  info_.file = path;
-  info_.split = split;
-  agree(comm, [&] {
-    if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
-  });
-  h5::File file = h5::open_parallel(comm, path);
-  h5::PropList xfer = read_transfer();
-  const std::string group = "/" + split, name = group + "/tokens";
-  Column c;
-  IntegerLoader load = nullptr;
-  std::int64_t vocab = 0;
-  agree(comm, [&] {
-    if (!h5::is_dataset(file, name))
-      throw InputError(fmt::format("{}: no dataset {} (a language dataset holds {}/tokens, written by "
-                                   "`tessera prepare text`)", path, name, group));
-    c = open_column(file, name);
-    h5::Datatype type(TESSERA_H5(H5Dget_type(c.dataset)));
-    const std::optional<IntegerType> integer = integer_type(type);
-    if (!integer || c.dims.size() != 1)
-      throw InputError(fmt::format("{}: dataset {} has type {} and shape {}, expected integer tokens [N]",
-                                   path, name, h5::type_name(type), shape_text(c.dims)));
-    c.mem_type = integer->mem;
-    c.row_bytes = H5Tget_size(c.mem_type);
-    load = integer->load;
-    const std::optional<Attr> v = h5::find_attr(file, "vocab_size");
-    const auto* value = v ? std::get_if<std::int64_t>(&*v) : nullptr;
-    if (value == nullptr || *value < 1)
-      throw InputError(fmt::format("{}: root attribute vocab_size is {}, expected a positive integer",
-                                   path, v ? to_string(*v) : std::string("missing")));
-    vocab = *value;
-    if (c.rows() < context + 1)
-      throw InputError(fmt::format("{}: dataset {} has {} tokens, fewer than one window of model.context "
-                                   "= {} plus its next token", path, name, c.rows(), context));
-  });
-  fill_cache(c, xfer);
-  agree(comm, [&] {
-    tokens_.resize(static_cast<std::size_t>(c.rows()));
-    for (std::size_t k = 0; k < tokens_.size(); ++k) {
-      const std::int64_t t = load(c.cache.data(), k);
-      if (t < 0 || t >= vocab)
-        throw InputError(fmt::format("{}: dataset {} has token {} at position {}, expected 0 <= token < "
-                                     "vocab_size = {}", path, name, t, k, vocab));
-      tokens_[k] = static_cast<std::int32_t>(t);
-    }
-  });
-  info_.samples = (c.rows() - 1) / context;
-  info_.sample_shape = {context};
-  info_.features = context;
-  info_.has_labels = true;
-  info_.classes = vocab;
-  info_.label_width = context;
-}
-
-void TokenSplit::read(std::span<const std::int64_t> indices, float* inputs, std::int32_t* labels,
-                      float* /*targets*/) {
-  const auto ctx = static_cast<std::size_t>(info_.features);
-  for (std::size_t i = 0; i < indices.size(); ++i) {
-    const std::int64_t s = indices[i];
-    if (s < 0 || s >= info_.samples)
-      throw std::out_of_range(fmt::format("{}: /{}/tokens: sample index {} outside [0, {})", info_.file,
-                                          info_.split, s, info_.samples));
-    const std::int32_t* w = tokens_.data() + static_cast<std::size_t>(s) * ctx;
-    for (std::size_t j = 0; j < ctx; ++j) {
-      inputs[i * ctx + j] = static_cast<float>(w[j]);
-      labels[i * ctx + j] = w[j + 1];
-    }
-  }
-}
-
 std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const std::string& split,
                                   std::int64_t context, bool cache) {
-  bool tokens = false;
   agree(comm, [&] {
     if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
   });
+  bool tokens = false;
   {
-    h5::File file = h5::open_parallel(comm, path);
-    tokens = h5::is_dataset(file, "/" + split + "/tokens");
+    const h5::File file = h5::open_parallel(comm, path);
+    agree(comm, [&] {
+      const std::string group = "/" + split;
+      tokens = h5::is_dataset(file, group + "/tokens");
+      if (tokens || h5::is_dataset(file, group + "/inputs")) return;
+      throw InputError(fmt::format(
+          "{}: {} {}, expected datasets {}/inputs and {}/labels or {}/targets (a supervised split) "
+          "or {}/tokens (a language split)", path,
+          h5::is_group(file, group) ? "no dataset inputs or tokens in group" : "no group", group,
+          group, group, group, group));
+    });
   }
-  if (tokens) return std::make_unique<TokenSplit>(comm, path, split, context);
+  if (tokens) return std::make_unique<TokenSplit>(comm, path, split, context, cache);
   return std::make_unique<SupervisedSplit>(comm, path, split, cache);
 }
 
