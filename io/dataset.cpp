@@ -8,137 +8,17 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "comm/agree.hpp"
+#include "io/column.hpp"
 #include "io/h5.hpp"
+#include "io/token_dataset.hpp"
 #include "comm/mpi_check.hpp"
 
 namespace tessera::io {
 
 namespace {
-
-// Loads element k of a buffer of stored integers as int64.
-using IntegerLoader = std::int64_t (*)(const std::uint8_t* raw, std::size_t k);
-
-template <class T>
-std::int64_t load_integer(const std::uint8_t* raw, std::size_t k) {
-  T value;
-  std::memcpy(&value, raw + k * sizeof(T), sizeof(T));
-  return static_cast<std::int64_t>(value);
-}
-
-// The in-memory twin of a stored integer type (same size and sign: no conversion, so reads stay
-// collective) and how to load one element of it.
-struct IntegerType {
-  hid_t mem = H5I_INVALID_HID;
-  IntegerLoader load = nullptr;
-};
-
-std::optional<IntegerType> integer_type(hid_t file_type) {
-  if (H5Tget_class(file_type) != H5T_INTEGER) return std::nullopt;
-  const bool is_signed = H5Tget_sign(file_type) == H5T_SGN_2;
-  switch (H5Tget_size(file_type)) {
-    case 1: return is_signed ? IntegerType{H5T_NATIVE_INT8, load_integer<std::int8_t>}
-                             : IntegerType{H5T_NATIVE_UINT8, load_integer<std::uint8_t>};
-    case 2: return is_signed ? IntegerType{H5T_NATIVE_INT16, load_integer<std::int16_t>}
-                             : IntegerType{H5T_NATIVE_UINT16, load_integer<std::uint16_t>};
-    case 4: return is_signed ? IntegerType{H5T_NATIVE_INT32, load_integer<std::int32_t>}
-                             : IntegerType{H5T_NATIVE_UINT32, load_integer<std::uint32_t>};
-    case 8: return is_signed ? IntegerType{H5T_NATIVE_INT64, load_integer<std::int64_t>}
-                             : IntegerType{H5T_NATIVE_UINT64, load_integer<std::uint64_t>};
-    default: return std::nullopt;
-  }
-}
-
-bool is_float32(hid_t type) { return H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4; }
-bool is_uint8(hid_t type) {
-  return H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 1 &&
-         H5Tget_sign(type) == H5T_SGN_NONE;
-}
-
-std::string shape_text(const std::vector<hsize_t>& dims) {
-  return fmt::format("[{}]", fmt::join(dims, ","));
-}
-
-// One dataset read by rows: handle, file space, in-memory type and buffers.
-struct Column {
-  std::string name;  // "/train/inputs", for messages
-  h5::Dataset dataset;
-  h5::Dataspace file_space;
-  std::vector<hsize_t> dims;
-  hid_t mem_type = H5I_INVALID_HID;  // predefined type, not owned
-  std::size_t row_bytes = 0;
-  std::vector<std::uint8_t> cache;   // every row, when cached
-  std::vector<std::uint8_t> buffer;  // the rows of the last read, in increasing row order
-
-  std::int64_t rows() const { return static_cast<std::int64_t>(dims[0]); }
-  std::size_t row_elems() const { return row_bytes / H5Tget_size(mem_type); }
-};
-
-// Opens dataset name (which must exist) and records its shape; the caller sets mem_type/row_bytes.
-Column open_column(hid_t file, const std::string& name) {
-  Column c;
-  c.name = name;
-  c.dataset = h5::Dataset(TESSERA_H5(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
-  c.file_space = h5::Dataspace(TESSERA_H5(H5Dget_space(c.dataset)));
-  c.dims = h5::dims(c.dataset);
-  return c;
-}
-
-std::size_t row_elements(const std::vector<hsize_t>& dims) {
-  return std::accumulate(dims.begin() + 1, dims.end(), std::size_t{1},
-                         [](std::size_t a, hsize_t b) { return a * b; });
-}
-
-void select_range(Column& c, std::int64_t first, std::int64_t count) {
-  if (count == 0) {
-    TESSERA_H5(H5Sselect_none(c.file_space));
-    return;
-  }
-  std::vector<hsize_t> start(c.dims.size(), 0), extent = c.dims;
-  start[0] = static_cast<hsize_t>(first);
-  extent[0] = static_cast<hsize_t>(count);
-  TESSERA_H5(H5Sselect_hyperslab(c.file_space, H5S_SELECT_SET, start.data(), nullptr,
-                                 extent.data(), nullptr));
-}
-
-// Selects the union of rows (sorted, unique), one hyperslab per run of consecutive rows.
-void select_rows(Column& c, const std::vector<std::int64_t>& rows) {
-  if (rows.empty()) {
-    TESSERA_H5(H5Sselect_none(c.file_space));
-    return;
-  }
-  std::vector<hsize_t> start(c.dims.size(), 0), extent = c.dims;
-  H5S_seloper_t op = H5S_SELECT_SET;
-  for (std::size_t i = 0; i < rows.size();) {
-    std::size_t j = i;
-    while (j + 1 < rows.size() && rows[j + 1] == rows[j] + 1) ++j;
-    start[0] = static_cast<hsize_t>(rows[i]);
-    extent[0] = static_cast<hsize_t>(j - i + 1);
-    TESSERA_H5(H5Sselect_hyperslab(c.file_space, op, start.data(), nullptr, extent.data(),
-                                   nullptr));
-    op = H5S_SELECT_OR;
-    i = j + 1;
-  }
-}
-
-// Reads the selected nrows rows into c.buffer (collective when xfer says so).
-void read_selected(Column& c, std::size_t nrows, hid_t xfer) {
-  c.buffer.resize(nrows * c.row_bytes);
-  hsize_t elems = std::max<hsize_t>(nrows * c.row_elems(), 1);
-  h5::Dataspace mem(TESSERA_H5(H5Screate_simple(1, &elems, nullptr)));
-  if (nrows == 0) TESSERA_H5(H5Sselect_none(mem));
-  std::uint8_t dummy = 0;
-  TESSERA_H5(H5Dread(c.dataset, c.mem_type, mem, c.file_space, xfer,
-                     nrows > 0 ? c.buffer.data() : &dummy));
-}
-
-void fill_cache(Column& c, hid_t xfer) {
-  c.cache.resize(static_cast<std::size_t>(c.rows()) * c.row_bytes);
-  TESSERA_H5(H5Dread(c.dataset, c.mem_type, H5S_ALL, H5S_ALL, xfer, c.cache.data()));
-}
 
 float numeric_attr(hid_t obj, const std::string& where, const char* name, float fallback) {
   std::optional<Attr> value = h5::find_attr(obj, name);
@@ -276,18 +156,15 @@ void SupervisedSplit::Impl::scan_labels() {
     MPI_CHECK(MPI_Allreduce(&local_max, &info.classes, 1, MPI_INT64_T, MPI_MAX, comm));
     info.classes = std::max<std::int64_t>(info.classes + 1, 1);
   }
-  std::int64_t bad = n, bad_value = std::numeric_limits<std::int64_t>::min();
-  for (std::int64_t k = 0; k < last - first && bad == n; ++k) {
+  std::optional<Found> bad;
+  for (std::int64_t k = 0; k < last - first && !bad; ++k) {
     std::int64_t label = load_label(answers.buffer.data(), static_cast<std::size_t>(k));
-    if (label < 0 || label >= info.classes) bad = first + k, bad_value = label;
+    if (label < 0 || label >= info.classes) bad = Found{first + k, label};
   }
-  std::int64_t first_bad = n, value = 0;
-  MPI_CHECK(MPI_Allreduce(&bad, &first_bad, 1, MPI_INT64_T, MPI_MIN, comm));
-  if (first_bad == n) return;
-  if (bad != first_bad) bad_value = std::numeric_limits<std::int64_t>::min();
-  MPI_CHECK(MPI_Allreduce(&bad_value, &value, 1, MPI_INT64_T, MPI_MAX, comm));
+  bad = first_found(comm, bad);
+  if (!bad) return;
   throw InputError(fmt::format("{}: sample {} has label {}, expected 0 <= label < {}{}",
-                               where(answers.name), first_bad, value, info.classes,
+                               where(answers.name), bad->position, bad->value, info.classes,
                                from_attr ? " (attribute classes)" : ""));
 }
 
@@ -323,11 +200,7 @@ SupervisedSplit::SupervisedSplit(MPI_Comm comm, const std::string& path, const s
     if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
   });
   s.file = h5::open_parallel(comm, path);
-  // Collective calls, but each rank does its own MPI-IO read underneath: a batch's scattered rows
-  // gain nothing from two-phase aggregation, and Open MPI 4.1.4's OMPIO returns zeros for some
-  // rows of collective reads with data sieving on (open-mpi/ompi#10546; tests/mpi caught it).
-  s.xfer = h5::collective_transfer();
-  TESSERA_H5(H5Pset_dxpl_mpio_collective_opt(s.xfer, H5FD_MPIO_INDIVIDUAL_IO));
+  s.xfer = read_transfer();
   agree(comm, [&] {
     s.open_inputs();
     s.open_answers();
@@ -392,89 +265,26 @@ void SupervisedSplit::read(std::span<const std::int64_t> indices, float* inputs,
   }
 }
 
-TokenSplit::TokenSplit(MPI_Comm comm, const std::string& path, const std::string& split,
-                       std::int64_t context) {
-  info_.file = path;
-  info_.split = split;
-  agree(comm, [&] {
-    if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
-  });
-  h5::File file = h5::open_parallel(comm, path);
-  h5::PropList xfer = h5::collective_transfer();
-  TESSERA_H5(H5Pset_dxpl_mpio_collective_opt(xfer, H5FD_MPIO_INDIVIDUAL_IO));
-  const std::string group = "/" + split, name = group + "/tokens";
-  Column c;
-  IntegerLoader load = nullptr;
-  std::int64_t vocab = 0;
-  agree(comm, [&] {
-    if (!h5::is_dataset(file, name))
-      throw InputError(fmt::format("{}: no dataset {} (a language dataset holds {}/tokens, written by "
-                                   "`tessera prepare text`)", path, name, group));
-    c = open_column(file, name);
-    h5::Datatype type(TESSERA_H5(H5Dget_type(c.dataset)));
-    const std::optional<IntegerType> integer = integer_type(type);
-    if (!integer || c.dims.size() != 1)
-      throw InputError(fmt::format("{}: dataset {} has type {} and shape {}, expected integer tokens [N]",
-                                   path, name, h5::type_name(type), shape_text(c.dims)));
-    c.mem_type = integer->mem;
-    c.row_bytes = H5Tget_size(c.mem_type);
-    load = integer->load;
-    const std::optional<Attr> v = h5::find_attr(file, "vocab_size");
-    const auto* value = v ? std::get_if<std::int64_t>(&*v) : nullptr;
-    if (value == nullptr || *value < 1)
-      throw InputError(fmt::format("{}: root attribute vocab_size is {}, expected a positive integer",
-                                   path, v ? to_string(*v) : std::string("missing")));
-    vocab = *value;
-    if (c.rows() < context + 1)
-      throw InputError(fmt::format("{}: dataset {} has {} tokens, fewer than one window of model.context "
-                                   "= {} plus its next token", path, name, c.rows(), context));
-  });
-  fill_cache(c, xfer);
-  agree(comm, [&] {
-    tokens_.resize(static_cast<std::size_t>(c.rows()));
-    for (std::size_t k = 0; k < tokens_.size(); ++k) {
-      const std::int64_t t = load(c.cache.data(), k);
-      if (t < 0 || t >= vocab)
-        throw InputError(fmt::format("{}: dataset {} has token {} at position {}, expected 0 <= token < "
-                                     "vocab_size = {}", path, name, t, k, vocab));
-      tokens_[k] = static_cast<std::int32_t>(t);
-    }
-  });
-  info_.samples = (c.rows() - 1) / context;
-  info_.sample_shape = {context};
-  info_.features = context;
-  info_.has_labels = true;
-  info_.classes = vocab;
-  info_.label_width = context;
-}
-
-void TokenSplit::read(std::span<const std::int64_t> indices, float* inputs, std::int32_t* labels,
-                      float* /*targets*/) {
-  const auto ctx = static_cast<std::size_t>(info_.features);
-  for (std::size_t i = 0; i < indices.size(); ++i) {
-    const std::int64_t s = indices[i];
-    if (s < 0 || s >= info_.samples)
-      throw std::out_of_range(fmt::format("{}: /{}/tokens: sample index {} outside [0, {})", info_.file,
-                                          info_.split, s, info_.samples));
-    const std::int32_t* w = tokens_.data() + static_cast<std::size_t>(s) * ctx;
-    for (std::size_t j = 0; j < ctx; ++j) {
-      inputs[i * ctx + j] = static_cast<float>(w[j]);
-      labels[i * ctx + j] = w[j + 1];
-    }
-  }
-}
-
 std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const std::string& split,
                                   std::int64_t context, bool cache) {
-  bool tokens = false;
   agree(comm, [&] {
     if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
   });
+  bool tokens = false;
   {
-    h5::File file = h5::open_parallel(comm, path);
-    tokens = h5::is_dataset(file, "/" + split + "/tokens");
+    const h5::File file = h5::open_parallel(comm, path);
+    agree(comm, [&] {
+      const std::string group = "/" + split;
+      tokens = h5::is_dataset(file, group + "/tokens");
+      if (tokens || h5::is_dataset(file, group + "/inputs")) return;
+      throw InputError(fmt::format(
+          "{}: {} {}, expected datasets {}/inputs and {}/labels or {}/targets (a supervised split) "
+          "or {}/tokens (a language split)", path,
+          h5::is_group(file, group) ? "no dataset inputs or tokens in group" : "no group", group,
+          group, group, group, group));
+    });
   }
-  if (tokens) return std::make_unique<TokenSplit>(comm, path, split, context);
+  if (tokens) return std::make_unique<TokenSplit>(comm, path, split, context, cache);
   return std::make_unique<SupervisedSplit>(comm, path, split, cache);
 }
 

@@ -1,6 +1,8 @@
 #pragma once
-// Reading a supervised split of an HDF5 dataset (DESIGN.md "Datasets") with parallel HDF5: each
-// rank reads the rows its batches need, collectively, or serves them from an in-memory copy.
+// Reading a split of an HDF5 dataset (DESIGN.md "Datasets") with parallel HDF5: each rank reads
+// the samples its batches need, collectively, or serves them from an in-memory copy. io::Split is
+// what the trainer reads; SupervisedSplit holds inputs with labels or targets, TokenSplit
+// (io/token_dataset.hpp) windows of tokens; open_split picks by the file's layout.
 #include <mpi.h>
 
 #include <cstdint>
@@ -63,29 +65,12 @@ class SupervisedSplit final : public Split {
   std::unique_ptr<Impl> impl_;
 };
 
-/// \brief One split of a language dataset (DESIGN.md): `/<split>/tokens` [N] of integers and the
-/// root attribute `vocab_size`. Sample s is the window of `context` tokens starting at token
-/// s * context; its labels are the next token at each position (the window shifted by one), so
-/// samples = (N - 1) / context. The tokens are read once per rank into memory (collectively) and
-/// validated then: every token in [0, vocab_size).
-class TokenSplit final : public Split {
- public:
-  /// Must be called on every rank of comm; on bad input every rank throws the same InputError
-  /// naming file and dataset.
-  TokenSplit(MPI_Comm comm, const std::string& path, const std::string& split, std::int64_t context);
-  const SplitInfo& info() const override { return info_; }
-  /// Inputs: the window's token ids as floats; labels: the next tokens. Local (from memory).
-  void read(std::span<const std::int64_t> indices, float* inputs, std::int32_t* labels,
-            float* targets) override;
-
- private:
-  SplitInfo info_;
-  std::vector<std::int32_t> tokens_;
-};
-
-/// \brief The split `split` of the dataset at path: a TokenSplit (windows of `context` tokens)
-/// where the group holds `tokens`, else a SupervisedSplit (cached in memory when `cache`).
-/// Collective over comm.
+/// \brief The split `split` of the dataset at path, opened for reading: a TokenSplit (windows of
+/// `context` tokens, io/token_dataset.hpp) where the group holds `tokens`, else a SupervisedSplit
+/// (`context` unused). Either is cached in this rank's memory when `cache`. Must be called on
+/// every rank of comm; on bad input every rank throws the same InputError naming the file and the
+/// group or dataset: a missing file or group, or a group with neither `inputs` nor `tokens`, says
+/// what each layout expects.
 std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const std::string& split,
                                   std::int64_t context, bool cache);
 

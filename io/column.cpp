@@ -1,0 +1,134 @@
+#include "io/column.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "comm/mpi_check.hpp"
+
+namespace tessera::io {
+
+namespace {
+
+template <class T>
+std::int64_t load_integer(const std::uint8_t* raw, std::size_t k) {
+  T value;
+  std::memcpy(&value, raw + k * sizeof(T), sizeof(T));
+  return static_cast<std::int64_t>(value);
+}
+
+}  // namespace
+
+std::optional<IntegerType> integer_type(hid_t file_type) {
+  if (H5Tget_class(file_type) != H5T_INTEGER) return std::nullopt;
+  const bool is_signed = H5Tget_sign(file_type) == H5T_SGN_2;
+  switch (H5Tget_size(file_type)) {
+    case 1: return is_signed ? IntegerType{H5T_NATIVE_INT8, load_integer<std::int8_t>}
+                             : IntegerType{H5T_NATIVE_UINT8, load_integer<std::uint8_t>};
+    case 2: return is_signed ? IntegerType{H5T_NATIVE_INT16, load_integer<std::int16_t>}
+                             : IntegerType{H5T_NATIVE_UINT16, load_integer<std::uint16_t>};
+    case 4: return is_signed ? IntegerType{H5T_NATIVE_INT32, load_integer<std::int32_t>}
+                             : IntegerType{H5T_NATIVE_UINT32, load_integer<std::uint32_t>};
+    case 8: return is_signed ? IntegerType{H5T_NATIVE_INT64, load_integer<std::int64_t>}
+                             : IntegerType{H5T_NATIVE_UINT64, load_integer<std::uint64_t>};
+    default: return std::nullopt;
+  }
+}
+
+bool is_float32(hid_t type) { return H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4; }
+
+bool is_uint8(hid_t type) {
+  return H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 1 &&
+         H5Tget_sign(type) == H5T_SGN_NONE;
+}
+
+std::string shape_text(const std::vector<hsize_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ","));
+}
+
+Column open_column(hid_t file, const std::string& name) {
+  Column c;
+  c.name = name;
+  c.dataset = h5::Dataset(TESSERA_H5(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
+  c.file_space = h5::Dataspace(TESSERA_H5(H5Dget_space(c.dataset)));
+  c.dims = h5::dims(c.dataset);
+  return c;
+}
+
+std::size_t row_elements(const std::vector<hsize_t>& dims) {
+  return std::accumulate(dims.begin() + 1, dims.end(), std::size_t{1},
+                         [](std::size_t a, hsize_t b) { return a * b; });
+}
+
+void select_range(Column& c, std::int64_t first, std::int64_t count) {
+  if (count == 0) {
+    TESSERA_H5(H5Sselect_none(c.file_space));
+    return;
+  }
+  select_ranges(c, {RowRange{first, count}});
+}
+
+void select_ranges(Column& c, const std::vector<RowRange>& ranges) {
+  if (ranges.empty()) {
+    TESSERA_H5(H5Sselect_none(c.file_space));
+    return;
+  }
+  std::vector<hsize_t> start(c.dims.size(), 0), extent = c.dims;
+  H5S_seloper_t op = H5S_SELECT_SET;
+  for (const RowRange& range : ranges) {
+    start[0] = static_cast<hsize_t>(range.first);
+    extent[0] = static_cast<hsize_t>(range.count);
+    TESSERA_H5(H5Sselect_hyperslab(c.file_space, op, start.data(), nullptr, extent.data(),
+                                   nullptr));
+    op = H5S_SELECT_OR;
+  }
+}
+
+void select_rows(Column& c, const std::vector<std::int64_t>& rows) {
+  std::vector<RowRange> ranges;
+  for (std::int64_t row : rows) {
+    if (!ranges.empty() && ranges.back().first + ranges.back().count == row) ++ranges.back().count;
+    else ranges.push_back({row, 1});
+  }
+  select_ranges(c, ranges);
+}
+
+void read_selected(Column& c, std::size_t nrows, hid_t xfer) {
+  c.buffer.resize(nrows * c.row_bytes);
+  hsize_t elems = std::max<hsize_t>(nrows * c.row_elems(), 1);
+  h5::Dataspace mem(TESSERA_H5(H5Screate_simple(1, &elems, nullptr)));
+  if (nrows == 0) TESSERA_H5(H5Sselect_none(mem));
+  std::uint8_t dummy = 0;
+  TESSERA_H5(H5Dread(c.dataset, c.mem_type, mem, c.file_space, xfer,
+                     nrows > 0 ? c.buffer.data() : &dummy));
+}
+
+void fill_cache(Column& c, hid_t xfer) {
+  c.cache.resize(static_cast<std::size_t>(c.rows()) * c.row_bytes);
+  TESSERA_H5(H5Dread(c.dataset, c.mem_type, H5S_ALL, H5S_ALL, xfer, c.cache.data()));
+}
+
+std::optional<Found> first_found(MPI_Comm comm, std::optional<Found> mine) {
+  constexpr std::int64_t none = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t lowest = std::numeric_limits<std::int64_t>::min();
+  const std::int64_t position = mine ? mine->position : none;
+  Found first;
+  MPI_CHECK(MPI_Allreduce(&position, &first.position, 1, MPI_INT64_T, MPI_MIN, comm));
+  if (first.position == none) return std::nullopt;
+  // Only the rank (or ranks: the same file, the same value) that found it contributes its value.
+  const std::int64_t value = position == first.position ? mine->value : lowest;
+  MPI_CHECK(MPI_Allreduce(&value, &first.value, 1, MPI_INT64_T, MPI_MAX, comm));
+  return first;
+}
+
+h5::PropList read_transfer() {
+  h5::PropList xfer = h5::collective_transfer();
+  TESSERA_H5(H5Pset_dxpl_mpio_collective_opt(xfer, H5FD_MPIO_INDIVIDUAL_IO));
+  return xfer;
+}
+
+}  // namespace tessera::io

@@ -1,0 +1,87 @@
+#pragma once
+// One HDF5 dataset read by rows along its first dimension: what the dataset readers
+// (SupervisedSplit, TokenSplit) share. Internal to io/: it includes hdf5.h through io/h5.hpp.
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/h5.hpp"
+
+namespace tessera::io {
+
+/// Loads element k of a buffer of stored integers as int64.
+using IntegerLoader = std::int64_t (*)(const std::uint8_t* raw, std::size_t k);
+
+/// The in-memory twin of a stored integer type (same size and sign: no conversion, so reads stay
+/// collective) and how to load one element of it.
+struct IntegerType {
+  hid_t mem = H5I_INVALID_HID;  ///< predefined type, not owned
+  IntegerLoader load = nullptr;
+};
+
+/// \brief The IntegerType of a stored type of class H5T_INTEGER (any size of 1, 2, 4 or 8 bytes,
+/// signed or not); nullopt for anything else.
+std::optional<IntegerType> integer_type(hid_t file_type);
+bool is_float32(hid_t type);
+bool is_uint8(hid_t type);
+/// \brief "[60000,28,28]".
+std::string shape_text(const std::vector<hsize_t>& dims);
+
+/// \brief A run of rows along the first dimension: [first, first + count).
+struct RowRange {
+  std::int64_t first = 0, count = 0;
+};
+
+/// \brief One dataset read by rows: handle, file space, in-memory type and buffers.
+struct Column {
+  std::string name;  ///< "/train/inputs", for messages
+  h5::Dataset dataset;
+  h5::Dataspace file_space;
+  std::vector<hsize_t> dims;
+  hid_t mem_type = H5I_INVALID_HID;  ///< predefined type, not owned; set by the caller
+  std::size_t row_bytes = 0;         ///< set by the caller
+  std::vector<std::uint8_t> cache;   ///< every row, when cached
+  std::vector<std::uint8_t> buffer;  ///< the rows of the last read, in increasing row order
+
+  std::int64_t rows() const { return static_cast<std::int64_t>(dims[0]); }
+  std::size_t row_elems() const { return row_bytes / H5Tget_size(mem_type); }
+};
+
+/// \brief Opens dataset name (which must exist) and records its shape; the caller sets mem_type
+/// and row_bytes.
+Column open_column(hid_t file, const std::string& name);
+/// \brief Elements per row: the product of dims without the first.
+std::size_t row_elements(const std::vector<hsize_t>& dims);
+
+/// \brief Selects rows [first, first + count) (nothing when count is 0).
+void select_range(Column& c, std::int64_t first, std::int64_t count);
+/// \brief Selects the union of ranges, which must be sorted and disjoint: one hyperslab each.
+void select_ranges(Column& c, const std::vector<RowRange>& ranges);
+/// \brief Selects the union of rows (sorted, unique), one hyperslab per run of consecutive rows.
+void select_rows(Column& c, const std::vector<std::int64_t>& rows);
+/// \brief Reads the nrows selected rows into c.buffer, in increasing row order. Collective when
+/// xfer says so: every rank of the file's communicator calls it, nrows possibly 0.
+void read_selected(Column& c, std::size_t nrows, hid_t xfer);
+/// \brief Reads every row into c.cache (collective when xfer says so).
+void fill_cache(Column& c, hid_t xfer);
+
+/// \brief A value found at a position (of a sample, a token), e.g. the first one out of range.
+struct Found {
+  std::int64_t position = 0, value = 0;
+};
+
+/// \brief The entry with the smallest position over every rank of comm (each rank passes what it
+/// found in its share, or nullopt), or nullopt when no rank found one: the same on every rank.
+/// Collective: every rank of comm calls it.
+std::optional<Found> first_found(MPI_Comm comm, std::optional<Found> mine);
+
+/// \brief The transfer list of the dataset readers: collective calls, each rank's own MPI-IO
+/// read underneath. A batch's scattered rows gain nothing from two-phase aggregation, and Open
+/// MPI 4.1.4's OMPIO returns zeros for some rows of collective reads with data sieving on
+/// (open-mpi/ompi#10546; tests/mpi caught it).
+h5::PropList read_transfer();
+
+}  // namespace tessera::io
