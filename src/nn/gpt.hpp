@@ -14,7 +14,7 @@
 //   blocks.{i}.mlp.proj.weight [C, 4C] / .bias [C].
 //
 // Tensor parallelism (Megatron): each tensor rank holds heads/tp heads (qkv column-parallel,
-// proj row-parallel) and a quarter... of the MLP's hidden width (fc column-, proj row-parallel):
+// proj row-parallel) and 1/tp of the MLP's hidden width (fc column-, proj row-parallel):
 // one sum over the tensor group per sub-block forward and one backward. The vocabulary splits
 // too: rank t holds rows [t V/tp, (t+1) V/tp) of wte, the embedding sums its partial lookups
 // over the group, and the loss is a vocabulary-parallel cross-entropy that exchanges per-row
