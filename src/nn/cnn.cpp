@@ -152,13 +152,8 @@ void Cnn<T>::forward(const ExecSpace& exec, int slot) {
     const Linear<T>& l = fcs_[j];
     const MatrixU<T> z = rows(s.fz[j], batch);
     if (hooks_) hooks_->before_forward(l.unit());
-    l.forward(exec, a, z);
+    l.forward(exec, a, z, part_.tensor_sum);
     if (hooks_) hooks_->after_forward(l.unit());
-    if (l.split() == Split::row) {
-      exec.fence();
-      part_.tensor_sum(z.data(), z.size());
-      l.add_bias(exec, z);
-    }
     if (j + 1 == fcs_.size()) break;
     const MatrixU<T> act = rows(s.fa[j], batch);
     kernels::relu_forward(exec, flat(z), flat(act));
@@ -184,12 +179,8 @@ void Cnn<T>::backward(const ExecSpace& exec, int slot) {
                                 : (input_grad ? MatrixU<T>(dpool_.data(), std::size_t(batch), std::size_t(l.in_features()))
                                               : MatrixU<T>());
     if (hooks_) hooks_->before_backward(l.unit());
-    l.backward(exec, x, g, dx);
+    l.backward(exec, x, g, dx, part_.tensor_sum);
     if (hooks_) hooks_->after_backward(l.unit());
-    if (l.split() == Split::column && dx.data() != nullptr) {
-      exec.fence();
-      part_.tensor_sum(dx.data(), dx.size());
-    }
   }
   // dpool_ now holds the gradient of the last block's (ReLU'd, pooled) output.
   for (std::size_t i = convs_.size(); i-- > 0;) {

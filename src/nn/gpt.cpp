@@ -236,16 +236,6 @@ void Gpt<T>::tensor_sum(const ExecSpace& exec, const MatrixU<T>& m) const {
 }
 
 template <class T>
-void Gpt<T>::linear_forward(const ExecSpace& exec, const Linear<T>& l, const MatrixU<const T>& x,
-                            const MatrixU<T>& y) const {
-  l.forward(exec, x, y);
-  if (l.split() == Split::row) {
-    tensor_sum(exec, y);
-    l.add_bias(exec, y);
-  }
-}
-
-template <class T>
 void Gpt<T>::embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const MatrixU<T>& x) const {
   if (hooks_) {
     hooks_->before_forward(wte_unit_);
@@ -269,16 +259,16 @@ void Gpt<T>::block_forward(const ExecSpace& exec, const Block& b, const MatrixU<
                    fc = r(a.fc), h = r(a.h);
   kernels::layernorm_forward(exec, x, store_->value(b.ln1_w), store_->value(b.ln1_b), ln1,
                              head(a.mean1, tokens), head(a.rstd1, tokens));
-  linear_forward(exec, b.qkv, ln1, qkv);
+  b.qkv.forward(exec, ln1, qkv, part_.tensor_sum);
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
   attention_forward<T>(exec, qkv, y, att);
-  linear_forward(exec, b.proj, y, x1);
+  b.proj.forward(exec, y, x1, part_.tensor_sum);
   add_into<T>(exec, x1, x);
   kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
                              ln2, head(a.mean2, tokens), head(a.rstd2, tokens));
-  linear_forward(exec, b.fc, ln2, fc);
+  b.fc.forward(exec, ln2, fc, part_.tensor_sum);
   kernels::gelu_forward(exec, flat(fc), flat(h));
-  linear_forward(exec, b.mproj, h, out);
+  b.mproj.forward(exec, h, out, part_.tensor_sum);
   add_into<T>(exec, out, x1);
 }
 
@@ -292,8 +282,7 @@ void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU
   // MLP sub-block.
   b.mproj.backward(exec, r(a.h), dres, dh);
   kernels::gelu_backward(exec, flat(r(a.fc)), flat(dh), flat(dh));
-  b.fc.backward(exec, r(a.ln2), dh, dln);
-  tensor_sum(exec, dln);
+  b.fc.backward(exec, r(a.ln2), dh, dln, part_.tensor_sum);
   kernels::layernorm_backward(exec, r(a.x1), store_->value(b.ln2_w), head(a.mean2, tokens),
                               head(a.rstd2, tokens), dln, d1, store_->grad(b.ln2_w), store_->grad(b.ln2_b));
   add_into<T>(exec, d1, dres);  // d1: the gradient of x1
@@ -303,8 +292,7 @@ void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU
   const AttU<T> ds(dscores_.data(), std::size_t(batch), dscores_.extent(1), dscores_.extent(2),
                    dscores_.extent(3));
   attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
-  b.qkv.backward(exec, r(a.ln1), dqkv, dln);
-  tensor_sum(exec, dln);
+  b.qkv.backward(exec, r(a.ln1), dqkv, dln, part_.tensor_sum);
   kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), head(a.mean1, tokens),
                               head(a.rstd1, tokens), dln, dres, store_->grad(b.ln1_w), store_->grad(b.ln1_b));
   add_into<T>(exec, dres, d1);

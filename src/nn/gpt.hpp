@@ -122,8 +122,6 @@ class Gpt : public Network<T> {
                      const Acts& a, int tokens, const MatrixU<T>& out) const;
   void block_backward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
                       const Acts& a, int tokens, const MatrixU<T>& dres) const;
-  void linear_forward(const ExecSpace& exec, const Linear<T>& l, const MatrixU<const T>& x,
-                      const MatrixU<T>& y) const;
   void tensor_sum(const ExecSpace& exec, const MatrixU<T>& m) const;
   void embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const MatrixU<T>& x) const;
   void head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& hf,

@@ -13,6 +13,7 @@
 // tensor rank the same rows of every group, so its local (out/tp, in) block holds its heads'
 // q, k and v one after another.
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "blas/gemm.hpp"
@@ -99,6 +100,32 @@ class Linear {
   /// \brief y += b (row-parallel layers, after the sum over the tensor group).
   void add_bias(const ExecSpace& exec, const MatrixU<T>& y) const {
     kernels::bias_add(exec, store_->value(bias_), y);
+  }
+
+  /// Sums a buffer over the tensor group in place.
+  using TensorSum = std::function<void(T*, std::size_t)>;
+
+  /// \brief forward(), completed over the tensor group: a row-parallel layer's partial
+  /// product is summed (`sum`) and its bias added, so y is the whole output on every rank.
+  /// Reads the weight and, for a row-parallel layer, the bias: call it between a unit's
+  /// before_forward and after_forward hooks.
+  void forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& y,
+               const TensorSum& sum) const {
+    forward(exec, x, y);
+    if (split_ != Split::row) return;
+    exec.fence();
+    sum(y.data(), y.size());
+    add_bias(exec, y);
+  }
+
+  /// \brief backward(), completed over the tensor group: a column-parallel layer's input
+  /// gradient (a partial sum over the ranks' output blocks) is summed with `sum`.
+  void backward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<const T>& dy,
+                const MatrixU<T>& dx, const TensorSum& sum) const {
+    backward(exec, x, dy, dx);
+    if (split_ != Split::column || dx.data() == nullptr) return;
+    exec.fence();
+    sum(dx.data(), dx.size());
   }
 
   /// \brief dW += dy^T x, db += colsum(dy) (both accumulate, for micro-batches), and

@@ -97,13 +97,8 @@ void Mlp<T>::forward(const ExecSpace& exec, int slot) {
     const auto& layer = layers_[k];
     const MatrixU<T> z = rows(s.z[k], batch);
     if (hooks_) hooks_->before_forward(layer.unit());
-    layer.forward(exec, x, z);
+    layer.forward(exec, x, z, part_.tensor_sum);
     if (hooks_) hooks_->after_forward(layer.unit());
-    if (layer.split() == Split::row) {
-      exec.fence();
-      part_.tensor_sum(z.data(), z.size());
-      layer.add_bias(exec, z);
-    }
     if (!hidden(i)) break;
     const MatrixU<T> a = rows(s.a[k], batch);
     if (act_ == Activation::relu) kernels::relu_forward(exec, flat(z), flat(a));
@@ -131,13 +126,8 @@ void Mlp<T>::backward(const ExecSpace& exec, int slot) {
     const MatrixU<T> dx = i > first_ ? rows(s.g[k - 1], batch)
                                      : (first_stage() ? MatrixU<T>() : rows(s.dinput, batch));
     if (hooks_) hooks_->before_backward(layer.unit());
-    layer.backward(exec, x, g, dx);
+    layer.backward(exec, x, g, dx, part_.tensor_sum);
     if (hooks_) hooks_->after_backward(layer.unit());
-    // A column-parallel layer's input gradient is a partial sum over the tensor ranks.
-    if (layer.split() == Split::column && dx.data() != nullptr) {
-      exec.fence();
-      part_.tensor_sum(dx.data(), dx.size());
-    }
   }
 }
 

@@ -73,6 +73,10 @@ TEST(Layouts, ZeroStagesOnModelParallelLayouts) {
                           {{4, "--set parallel.tensor=2 --set parallel.zero=3 --set comm.bucket_mb=0.005"},
                            {4, "--set parallel.pipeline=2 --set parallel.zero=2 --set parallel.micro_batches=4"},
                            {8, "--set parallel.tensor=2 --set parallel.pipeline=2 --set parallel.zero=1"}});
+  // One hidden layer: the row-parallel layer is the last of its bucket, so ZeRO-3 releases its
+  // values at after_forward; its bias must be added (after the tensor sum) before that.
+  expect_layout_invariant("zero3_row_last", "--set model.hidden=[64]",
+                          {{4, "--set parallel.tensor=2 --set parallel.zero=3"}});
 }
 
 TEST(Layouts, CheckpointOfTheEightRankLayoutResumesOnOthers) {
