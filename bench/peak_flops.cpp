@@ -27,6 +27,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -257,6 +258,17 @@ std::vector<GemmCase> gemm_cases() {
     cases.push_back({"mlp_bwd_dW_l1", true, false, 512, 784, batch}); // dY (B,512)^T X (B,784)
     cases.push_back({"mlp_bwd_dX_l2", false, false, batch, 512, 512}); // dY (B,512) W (512,512)
   }
+  // The GPT of inputs/kjv_gpt.toml on one of 2 data-parallel ranks: 8 sequences x 128 tokens = 1024
+  // rows, width 256 (qkv 768, MLP 1024); forward Y = X W^T, backward dX = dY W, dW = dY^T X; and one
+  // head's attention products (context 128, head width 64).
+  const int n = 1024, C = 256;
+  for (auto [what, out, in] : {std::tuple{"qkv", 3 * C, C}, {"proj", C, C}, {"fc", 4 * C, C}, {"mproj", C, 4 * C}}) {
+    cases.push_back({std::string("gpt_fwd_") + what, false, true, n, out, in});
+    cases.push_back({std::string("gpt_bwd_dX_") + what, false, false, n, in, out});
+    cases.push_back({std::string("gpt_bwd_dW_") + what, true, false, out, in, n});
+  }
+  cases.push_back({"gpt_att_qk", false, true, 128, 128, 64});
+  cases.push_back({"gpt_att_pv", false, false, 128, 64, 128});
   return cases;
 }
 

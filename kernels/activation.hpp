@@ -22,15 +22,17 @@ KOKKOS_INLINE_FUNCTION T relu_backward_element(T z, T dy) {
 template <class T>
 KOKKOS_INLINE_FUNCTION T gelu(T z) {
   const T inv_sqrt2 = T(0.70710678118654752440);
-  return T(0.5) * z * (T(1) + math::erf(z * inv_sqrt2));
+  return T(0.5) * z * (T(1) + math::verf(z * inv_sqrt2));
 }
 
 template <class T>
 KOKKOS_INLINE_FUNCTION T gelu_backward_element(T z, T dy) {
   const T inv_sqrt2 = T(0.70710678118654752440);
   const T inv_sqrt_2pi = T(0.39894228040143267794);
-  const T cdf = T(0.5) * (T(1) + math::erf(z * inv_sqrt2));
-  const T pdf = inv_sqrt_2pi * math::exp(T(-0.5) * z * z);
+  const T x = z * inv_sqrt2;
+  const T e = math::vexp(-x * x);  // exp(-z^2/2): the density's and, for float, erf's
+  const T cdf = T(0.5) * (T(1) + math::verf(x, e));
+  const T pdf = inv_sqrt_2pi * e;
   return dy * (cdf + z * pdf);
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Bias of a linear layer: broadcast into the rows of the output, and its gradient, the column
 // sums of the output gradient.
+#include "kernels/simd.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera::kernels {
@@ -43,8 +44,10 @@ void bias_backward(const ExecSpace& exec, const DyView& dy, const DbView& db) {
                          const Index j0 = block * width;
                          const Index n = cols - j0 < width ? cols - j0 : width;
                          T sum[width] = {};
-                         for (Index i = 0; i < rows; ++i)
+                         for (Index i = 0; i < rows; ++i) {
+                           TESSERA_SIMD
                            for (Index k = 0; k < n; ++k) sum[k] += dy(i, j0 + k);
+                         }
                          for (Index k = 0; k < n; ++k) db(j0 + k) += sum[k];
                        });
 }

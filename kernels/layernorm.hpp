@@ -9,6 +9,7 @@
 //   dx_rc      = rstd_r (g_rc - mean_c(g_r.) - n_rc mean_c(g_r. n_r.))     (overwritten)
 //   dweight_c += sum_r dy_rc n_rc,   dbias_c += sum_r dy_rc               (accumulated)
 #include "kernels/math.hpp"
+#include "kernels/simd.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera::kernels {
@@ -24,9 +25,11 @@ KOKKOS_INLINE_FUNCTION void layernorm_row(const XRow& x, const YRow& y, const WR
                                           const BRow& bias, Index cols, T eps, T& mean, T& rstd) {
   // Mean, then the variance about it (two passes: no cancellation of large means).
   T sum = T(0);
+  TESSERA_SIMD_REDUCTION(+ : sum)
   for (Index c = 0; c < cols; ++c) sum += x(c);
   mean = sum / T(cols);
   T var = T(0);
+  TESSERA_SIMD_REDUCTION(+ : var)
   for (Index c = 0; c < cols; ++c) {
     const T d = x(c) - mean;
     var += d * d;
@@ -34,6 +37,7 @@ KOKKOS_INLINE_FUNCTION void layernorm_row(const XRow& x, const YRow& y, const WR
   var /= T(cols);
   rstd = T(1) / math::sqrt(var + eps);
   // Normalize and apply the affine map (reads x(c) before writing y(c): y may alias x).
+  TESSERA_SIMD
   for (Index c = 0; c < cols; ++c) y(c) = (x(c) - mean) * rstd * weight(c) + bias(c);
 }
 
@@ -64,12 +68,14 @@ template <class T, class XRow, class DyRow, class WRow, class DxRow>
 KOKKOS_INLINE_FUNCTION void layernorm_backward_row(const XRow& x, const DyRow& dy, const WRow& weight,
                                                    const DxRow& dx, Index cols, T mean, T rstd) {
   T sum_g = T(0), sum_gn = T(0);
+  TESSERA_SIMD_REDUCTION(+ : sum_g, sum_gn)
   for (Index c = 0; c < cols; ++c) {
     const T g = dy(c) * weight(c);
     sum_g += g;
     sum_gn += g * (x(c) - mean) * rstd;
   }
   const T mean_g = sum_g / T(cols), mean_gn = sum_gn / T(cols);
+  TESSERA_SIMD
   for (Index c = 0; c < cols; ++c) {
     const T n = (x(c) - mean) * rstd;
     dx(c) = rstd * (dy(c) * weight(c) - mean_g - n * mean_gn);
@@ -89,16 +95,27 @@ void layernorm_backward(const ExecSpace& exec, const XView& x, const WView& weig
                         const DwView& dweight, const DbView& dbias) {
   using T = typename DxView::non_const_value_type;
   const Index rows = Index(x.extent(0)), cols = Index(x.extent(1));
-  // Parameter gradients: column sums over the rows.
+  // Parameter gradients: column sums over the rows, one thread per block of columns as in
+  // bias_backward (32 contiguous columns on a CPU, one on a GPU); each column's order fixed.
+  constexpr Index width = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible ? 32 : 1;
   Kokkos::parallel_for(
-      "tessera::layernorm_backward::params", range(exec, cols), KOKKOS_LAMBDA(const Index c) {
-        T sum_w = T(0), sum_b = T(0);
+      "tessera::layernorm_backward::params", range(exec, (cols + width - 1) / width),
+      KOKKOS_LAMBDA(const Index block) {
+        const Index c0 = block * width;
+        const Index n = cols - c0 < width ? cols - c0 : width;
+        T sum_w[width] = {}, sum_b[width] = {};
         for (Index r = 0; r < rows; ++r) {
-          sum_w += dy(r, c) * (x(r, c) - mean(r)) * rstd(r);
-          sum_b += dy(r, c);
+          const T m = mean(r), s = rstd(r);
+          TESSERA_SIMD
+          for (Index k = 0; k < n; ++k) {
+            sum_w[k] += dy(r, c0 + k) * (x(r, c0 + k) - m) * s;
+            sum_b[k] += dy(r, c0 + k);
+          }
         }
-        dweight(c) += sum_w;
-        dbias(c) += sum_b;
+        for (Index k = 0; k < n; ++k) {
+          dweight(c0 + k) += sum_w[k];
+          dbias(c0 + k) += sum_b[k];
+        }
       });
   // Input gradient: one thread per row.
   Kokkos::parallel_for(

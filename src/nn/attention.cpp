@@ -4,6 +4,7 @@
 
 #include "blas/gemm.hpp"
 #include "kernels/math.hpp"
+#include "kernels/simd.hpp"
 
 namespace tessera::nn {
 
@@ -46,10 +47,16 @@ void attention_forward(const ExecSpace& exec, const MatrixU<const T>& qkv, const
         T* p = base + r * n;
         const Index i = r % n;
         T m = p[0];
+        TESSERA_SIMD_REDUCTION(max : m)
         for (Index j = 1; j <= i; ++j) m = p[j] > m ? p[j] : m;
         T sum = T(0);
-        for (Index j = 0; j <= i; ++j) sum += p[j] = math::exp(p[j] - m);
+        TESSERA_SIMD_REDUCTION(+ : sum)
+        for (Index j = 0; j <= i; ++j) {
+          p[j] = math::vexp(p[j] - m);
+          sum += p[j];
+        }
         const T inv = T(1) / sum;
+        TESSERA_SIMD
         for (Index j = 0; j <= i; ++j) p[j] *= inv;
         for (Index j = i + 1; j < n; ++j) p[j] = T(0);
       });
@@ -93,7 +100,9 @@ void attention_backward(const ExecSpace& exec, const MatrixU<const T>& qkv,
         T* g = db + r * n;
         const Index i = r % n;
         T dot = T(0);
+        TESSERA_SIMD_REDUCTION(+ : dot)
         for (Index j = 0; j <= i; ++j) dot += p[j] * g[j];
+        TESSERA_SIMD
         for (Index j = 0; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
         for (Index j = i + 1; j < n; ++j) g[j] = T(0);
       });

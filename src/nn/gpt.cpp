@@ -13,6 +13,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/math.hpp"
+#include "kernels/simd.hpp"
 
 namespace tessera::nn {
 
@@ -409,10 +410,13 @@ LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_
   Kokkos::parallel_for(
       "tessera::nn::Gpt::loss::local", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
       KOKKOS_LAMBDA(const Index i) {
-        T m = logits(i, 0);
-        for (Index v = 1; v < Vl; ++v) m = logits(i, v) > m ? logits(i, v) : m;
+        const T* li = &logits(i, 0);
+        T m = li[0];
+        TESSERA_SIMD_REDUCTION(max : m)
+        for (Index v = 1; v < Vl; ++v) m = li[v] > m ? li[v] : m;
         T sum = T(0);
-        for (Index v = 0; v < Vl; ++v) sum += math::exp(logits(i, v) - m);
+        TESSERA_SIMD_REDUCTION(+ : sum)
+        for (Index v = 0; v < Vl; ++v) sum += math::vexp(li[v] - m);
         buf((t * n + i) * 2) = m;
         buf((t * n + i) * 2 + 1) = sum;
         const Index target = Index(labels(i)) - first;
@@ -425,15 +429,19 @@ LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_
   // Every rank now knows each row's global max M, sum S = sum_r s_r exp(m_r - M), target logit.
   const T per_token = scale / T(shape_.context);
   Kokkos::parallel_for(
-      "tessera::nn::Gpt::loss::grad",
-      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(exec, {0, 0}, {n, Vl}),
-      KOKKOS_LAMBDA(const Index i, const Index v) {
+      "tessera::nn::Gpt::loss::grad", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
+      KOKKOS_LAMBDA(const Index i) {
         T M = buf(i * 2);
         for (Index r = 1; r < tp; ++r) M = buf((r * n + i) * 2) > M ? buf((r * n + i) * 2) : M;
         T S = T(0);
         for (Index r = 0; r < tp; ++r) S += buf((r * n + i) * 2 + 1) * math::exp(buf((r * n + i) * 2) - M);
-        const T p = math::exp(logits(i, v) - M) / S;
-        dlogits(i, v) = per_token * (p - (Index(labels(i)) == v + first ? T(1) : T(0)));
+        const T c = per_token / S;
+        const T* li = &logits(i, 0);
+        T* di = &dlogits(i, 0);
+        TESSERA_SIMD
+        for (Index v = 0; v < Vl; ++v) di[v] = c * math::vexp(li[v] - M);
+        const Index target = Index(labels(i)) - first;
+        if (target >= 0 && target < Vl) di[target] -= per_token;
       });
   double loss_sum = 0.0, correct = 0.0;
   Kokkos::parallel_reduce(
