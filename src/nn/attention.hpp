@@ -3,8 +3,9 @@
 // kernels/attention.hpp (which stays the reference), with every head's Q K^T, P V and their
 // gradients as GEMMs on strided views of the fused qkv (B*T, 3C) buffer (q at columns [0, C),
 // k at [C, 2C), v at [2C, 3C); head h at h*hd of each). The causal softmax and its backward are
-// Kokkos kernels, one thread per row; the masked half of each T x T product is computed and
-// discarded (the GEMMs are faster than skipping it).
+// Kokkos kernels, one thread per row. Each T x T product runs as two row blocks, which skips the
+// masked quarter above the diagonal of the first block (finer blocks cost more in small GEMMs
+// than they save).
 #include "kernels/views.hpp"
 
 namespace tessera::nn {

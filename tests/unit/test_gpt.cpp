@@ -80,10 +80,13 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
 }
 
 // The GEMM attention the model runs against the one-thread-per-row reference kernels: forward
-// output and probabilities, and the backward's dqkv (double, 2 samples, 3 heads of 4, T = 6).
-TEST(Gpt, GemmAttentionEqualsTheReferenceKernels) {
+// output and probabilities, and the backward's dqkv (double, 2 samples, 3 heads of 4), at T = 6
+// (one GEMM per product) and T = 70 (causal blocks of 32, 32 and 6).
+class GemmAttention : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(GemmAttention, EqualsTheReferenceKernels) {
   const ExecSpace exec;
-  const std::size_t B = 2, H = 3, T = 6, C = 12, rows = B * T;
+  const std::size_t B = 2, H = 3, T = GetParam(), C = 12, rows = B * T;
   const Matrix<double> qkv = to_device(tessera::test::random_vector<double>(rows * 3 * C, 4, -1.5, 1.5), rows, 3 * C);
   const Matrix<double> dy = to_device(tessera::test::random_vector<double>(rows * C, 5, -1, 1), rows, C);
   Matrix<double> y_ref("y_ref", rows, C), y("y", rows, C), d_ref("d_ref", rows, 3 * C), d("d", rows, 3 * C);
@@ -102,6 +105,8 @@ TEST(Gpt, GemmAttentionEqualsTheReferenceKernels) {
   close(to_host(Vector<double>(att_ref.data(), att_ref.size())), to_host(Vector<double>(att.data(), att.size())), "att");
   close(to_host(d_ref), to_host(d), "dqkv");
 }
+
+INSTANTIATE_TEST_SUITE_P(Gpt, GemmAttention, ::testing::Values(std::size_t(6), std::size_t(70)));
 
 TEST(Gpt, NamesFollowGpt2) {
   nn::ParamStore<float> store;
