@@ -36,6 +36,18 @@ KOKKOS_INLINE_FUNCTION T gelu_backward_element(T z, T dy) {
   return dy * (cdf + z * pdf);
 }
 
+/// \brief gelu(z) and gelu'(z) together (one erf and one exp for both).
+template <class T>
+KOKKOS_INLINE_FUNCTION void gelu_with_derivative(T z, T& y, T& dydz) {
+  const T inv_sqrt2 = T(0.70710678118654752440);
+  const T inv_sqrt_2pi = T(0.39894228040143267794);
+  const T x = z * inv_sqrt2;
+  const T e = math::vexp(-x * x);
+  const T cdf = T(0.5) * (T(1) + math::verf(x, e));
+  y = z * cdf;
+  dydz = cdf + z * (inv_sqrt_2pi * e);
+}
+
 /// \brief y = relu(z).  z (n), y (n); y may alias z.
 template <class ZView, class YView>
 void relu_forward(const ExecSpace& exec, const ZView& z, const YView& y) {
@@ -62,6 +74,28 @@ template <class ZView, class DyView, class DzView>
 void gelu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, const DzView& dz) {
   Kokkos::parallel_for("tessera::gelu_backward", range(exec, Index(z.extent(0))),
                        KOKKOS_LAMBDA(const Index i) { dz(i) = gelu_backward_element(z(i), dy(i)); });
+}
+
+/// \brief y = gelu(z) and d = gelu'(z), so that backward is one product (gelu_backward_saved):
+/// the derivative costs as much as the value, and a forward that keeps it saves that cost in
+/// backward. z (n), y (n), d (n); d may alias z (the pre-activation is then no longer needed).
+template <class ZView, class YView, class DView>
+void gelu_forward_saving_derivative(const ExecSpace& exec, const ZView& z, const YView& y, const DView& d) {
+  using T = typename YView::non_const_value_type;
+  Kokkos::parallel_for("tessera::gelu_forward_saving_derivative", range(exec, Index(z.extent(0))),
+                       KOKKOS_LAMBDA(const Index i) {
+                         T yi, di;
+                         gelu_with_derivative(T(z(i)), yi, di);
+                         y(i) = yi;
+                         d(i) = di;
+                       });
+}
+
+/// \brief dz = dy * d with d = gelu'(z) from gelu_forward_saving_derivative.  dz may alias dy.
+template <class DView, class DyView, class DzView>
+void gelu_backward_saved(const ExecSpace& exec, const DView& d, const DyView& dy, const DzView& dz) {
+  Kokkos::parallel_for("tessera::gelu_backward_saved", range(exec, Index(d.extent(0))),
+                       KOKKOS_LAMBDA(const Index i) { dz(i) = dy(i) * d(i); });
 }
 
 }  // namespace tessera::kernels

@@ -15,18 +15,41 @@ Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>> rows
       exec, {0, 0}, {Index(y.extent(0)), Index(y.extent(1))});
 }
 
+/// Host memory: one thread per row with a vectorisable loop over the columns (an MDRange tiles
+/// and does not vectorise); a GPU: one thread per element.
+template <class YView>
+constexpr bool rows_on_host() {
+  return Kokkos::SpaceAccessibility<HostSpace, typename YView::memory_space>::accessible;
+}
+
 /// \brief Every row of y becomes b.  b (N), y (B,N).
 template <class BView, class YView>
 void bias_broadcast(const ExecSpace& exec, const BView& b, const YView& y) {
-  Kokkos::parallel_for("tessera::bias_broadcast", rows_cols(exec, y),
-                       KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) = b(j); });
+  if constexpr (rows_on_host<YView>()) {
+    const Index cols = Index(y.extent(1));
+    Kokkos::parallel_for("tessera::bias_broadcast", range(exec, Index(y.extent(0))), KOKKOS_LAMBDA(const Index i) {
+      TESSERA_SIMD
+      for (Index j = 0; j < cols; ++j) y(i, j) = b(j);
+    });
+  } else {
+    Kokkos::parallel_for("tessera::bias_broadcast", rows_cols(exec, y),
+                         KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) = b(j); });
+  }
 }
 
 /// \brief Adds b to every row of y.  b (N), y (B,N).
 template <class BView, class YView>
 void bias_add(const ExecSpace& exec, const BView& b, const YView& y) {
-  Kokkos::parallel_for("tessera::bias_add", rows_cols(exec, y),
-                       KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j); });
+  if constexpr (rows_on_host<YView>()) {
+    const Index cols = Index(y.extent(1));
+    Kokkos::parallel_for("tessera::bias_add", range(exec, Index(y.extent(0))), KOKKOS_LAMBDA(const Index i) {
+      TESSERA_SIMD
+      for (Index j = 0; j < cols; ++j) y(i, j) += b(j);
+    });
+  } else {
+    Kokkos::parallel_for("tessera::bias_add", rows_cols(exec, y),
+                         KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j); });
+  }
 }
 
 /// \brief db += column sums of dy (accumulates, for micro-batches).  dy (B,N), db (N).

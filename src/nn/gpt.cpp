@@ -268,7 +268,7 @@ void Gpt<T>::block_forward(const ExecSpace& exec, const Block& b, const MatrixU<
   kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
                              ln2, head(a.mean2, tokens), head(a.rstd2, tokens));
   b.fc.forward(exec, ln2, fc, part_.tensor_sum);
-  kernels::gelu_forward(exec, flat(fc), flat(h));
+  kernels::gelu_forward_saving_derivative(exec, flat(fc), flat(h), flat(fc));  // fc: gelu' from here on
   b.mproj.forward(exec, h, out, part_.tensor_sum);
   add_into<T>(exec, out, x1);
 }
@@ -282,7 +282,7 @@ void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU
   const MatrixU<T> dh = r(dh_), dln = r(dln_), d1 = r(d1_), dy = r(dy_), dqkv = r(dqkv_);
   // MLP sub-block.
   b.mproj.backward(exec, r(a.h), dres, dh);
-  kernels::gelu_backward(exec, flat(r(a.fc)), flat(dh), flat(dh));
+  kernels::gelu_backward_saved(exec, flat(r(a.fc)), flat(dh), flat(dh));
   b.fc.backward(exec, r(a.ln2), dh, dln, part_.tensor_sum);
   kernels::layernorm_backward(exec, r(a.x1), store_->value(b.ln2_w), head(a.mean2, tokens),
                               head(a.rstd2, tokens), dln, d1, store_->grad(b.ln2_w), store_->grad(b.ln2_b));

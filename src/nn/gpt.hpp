@@ -95,7 +95,7 @@ class Gpt : public Network<T> {
 
  private:
   // One block's saved tensors ((B*T) rows each, B = max batch): the input of each sub-layer
-  // and what backward needs.
+  // and what backward needs. fc holds mlp.fc's output until the GELU replaces it with gelu'.
   struct Acts {
     Matrix<T> ln1, qkv, y, x1, ln2, fc, h;
     Vector<T> mean1, rstd1, mean2, rstd2;

@@ -68,6 +68,17 @@ TYPED_TEST(KernelTest, GeluForwardBackwardMatchExactErfForm) {
     EXPECT_NEAR(y[i], gelu_ref(z[i]), 6 * tolerance<T>() * (1 + std::abs(z[i]))) << z[i];
     EXPECT_NEAR(dz[i], dy[i] * gelu_grad_ref(z[i]), 6 * tolerance<T>()) << z[i];
   }
+  // The forward that keeps gelu' (in place of z) and the one-product backward give the same
+  // values as the pair above.
+  Vector<T> d_y2("y2", n), d_dz2("dz2", n);
+  auto d_zd = to_device(z);
+  kernels::gelu_forward_saving_derivative(exec, d_zd, d_y2, d_zd);
+  kernels::gelu_backward_saved(exec, d_zd, d_dy, d_dz2);
+  const auto y2 = to_host(d_y2), dz2 = to_host(d_dz2);
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(y2[i], y[i], 2 * tolerance<T>() * (1 + std::abs(z[i]))) << z[i];
+    EXPECT_NEAR(dz2[i], dz[i], 2 * tolerance<T>() * (1 + std::abs(dy[i]))) << z[i];
+  }
   // Known values (PyTorch: F.gelu(torch.tensor([1.0, -2.0], dtype=torch.float64))).
   EXPECT_NEAR(kernels::gelu(1.0), 0.8413447460685429, 1e-15);
   EXPECT_NEAR(kernels::gelu(-2.0), -0.04550026389635842, 1e-15);
