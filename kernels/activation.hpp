@@ -3,8 +3,10 @@
 //   relu(z) = max(z, 0);                 relu'(z) = [z > 0]
 //   gelu(z) = z/2 (1 + erf(z/sqrt 2))    (exact form, PyTorch nn.GELU's default)
 //   gelu'(z) = (1 + erf(z/sqrt 2))/2 + z exp(-z^2/2)/sqrt(2 pi)
-// Backward kernels take the pre-activation z, so dz may alias dy (in-place backward).
+// Backward kernels take the pre-activation z (gelu_backward_saved: the derivative its forward
+// kept), so dz may alias dy (in-place backward).
 #include "kernels/math.hpp"
+#include "kernels/simd.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera::kernels {
@@ -76,26 +78,58 @@ void gelu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, cons
                        KOKKOS_LAMBDA(const Index i) { dz(i) = gelu_backward_element(z(i), dy(i)); });
 }
 
-/// \brief y = gelu(z) and d = gelu'(z), so that backward is one product (gelu_backward_saved):
-/// the derivative costs as much as the value, and a forward that keeps it saves that cost in
-/// backward. z (n), y (n), d (n); d may alias z (the pre-activation is then no longer needed).
-template <class ZView, class YView, class DView>
-void gelu_forward_saving_derivative(const ExecSpace& exec, const ZView& z, const YView& y, const DView& d) {
+/// \brief y = gelu(z + b) and d = gelu'(z + b), row by row, so that backward is one product
+/// (gelu_backward_saved): the derivative costs as much as the value, and a forward that keeps it
+/// saves that cost in backward. b is the bias of the layer whose product z is, added in the same
+/// pass.  b (N), z (B,N), y (B,N), d (B,N); d may alias z (the pre-activation is then no longer
+/// needed).
+template <class BView, class ZView, class YView, class DView>
+void gelu_forward_saving_derivative(const ExecSpace& exec, const BView& b, const ZView& z, const YView& y,
+                                    const DView& d) {
   using T = typename YView::non_const_value_type;
-  Kokkos::parallel_for("tessera::gelu_forward_saving_derivative", range(exec, Index(z.extent(0))),
-                       KOKKOS_LAMBDA(const Index i) {
-                         T yi, di;
-                         gelu_with_derivative(T(z(i)), yi, di);
-                         y(i) = yi;
-                         d(i) = di;
-                       });
+  const auto element = KOKKOS_LAMBDA(const Index i, const Index j) {
+    T yij, dij;
+    gelu_with_derivative(T(z(i, j) + b(j)), yij, dij);
+    y(i, j) = yij;
+    d(i, j) = dij;
+  };
+  if constexpr (rows_on_host<YView>()) {
+    const Index cols = Index(y.extent(1));
+    Kokkos::parallel_for("tessera::gelu_forward_saving_derivative", range(exec, Index(y.extent(0))),
+                         KOKKOS_LAMBDA(const Index i) {
+                           TESSERA_SIMD
+                           for (Index j = 0; j < cols; ++j) element(i, j);
+                         });
+  } else {
+    Kokkos::parallel_for("tessera::gelu_forward_saving_derivative", rows_cols(exec, y), element);
+  }
 }
 
-/// \brief dz = dy * d with d = gelu'(z) from gelu_forward_saving_derivative.  dz may alias dy.
-template <class DView, class DyView, class DzView>
-void gelu_backward_saved(const ExecSpace& exec, const DView& d, const DyView& dy, const DzView& dz) {
-  Kokkos::parallel_for("tessera::gelu_backward_saved", range(exec, Index(d.extent(0))),
-                       KOKKOS_LAMBDA(const Index i) { dz(i) = dy(i) * d(i); });
+/// \brief dz = dy * d with d = gelu'(z + b) from gelu_forward_saving_derivative, and db += the
+/// column sums of dz: the gradient of the bias b in the same pass (accumulates, for
+/// micro-batches; one thread per block of columns, each column's order fixed, as
+/// bias_backward).  d (B,N), dy (B,N), dz (B,N) (may alias dy), db (N).
+template <class DView, class DyView, class DzView, class DbView>
+void gelu_backward_saved(const ExecSpace& exec, const DView& d, const DyView& dy, const DzView& dz,
+                         const DbView& db) {
+  using T = typename DbView::non_const_value_type;
+  const Index rows = Index(dz.extent(0)), cols = Index(dz.extent(1));
+  const Index width = column_block(exec, cols);
+  Kokkos::parallel_for("tessera::gelu_backward_saved", range(exec, (cols + width - 1) / width),
+                       KOKKOS_LAMBDA(const Index block) {
+                         const Index j0 = block * width;
+                         const Index n = cols - j0 < width ? cols - j0 : width;
+                         T sum[column_block_max] = {};
+                         for (Index i = 0; i < rows; ++i) {
+                           TESSERA_SIMD
+                           for (Index k = 0; k < n; ++k) {
+                             const T g = T(dy(i, j0 + k) * d(i, j0 + k));
+                             dz(i, j0 + k) = g;
+                             sum[k] += g;
+                           }
+                         }
+                         for (Index k = 0; k < n; ++k) db(j0 + k) += sum[k];
+                       });
 }
 
 }  // namespace tessera::kernels

@@ -6,22 +6,6 @@
 
 namespace tessera::kernels {
 
-/// 2-D policy over (rows, cols) of y: no integer division per element (a flat range with
-/// idx / N, idx % N measured slower on the host), coalesced over columns on GPUs.
-template <class YView>
-Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>> rows_cols(
-    const ExecSpace& exec, const YView& y) {
-  return Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(
-      exec, {0, 0}, {Index(y.extent(0)), Index(y.extent(1))});
-}
-
-/// Host memory: one thread per row with a vectorisable loop over the columns (an MDRange tiles
-/// and does not vectorise); a GPU: one thread per element.
-template <class YView>
-constexpr bool rows_on_host() {
-  return Kokkos::SpaceAccessibility<HostSpace, typename YView::memory_space>::accessible;
-}
-
 /// \brief Every row of y becomes b.  b (N), y (B,N).
 template <class BView, class YView>
 void bias_broadcast(const ExecSpace& exec, const BView& b, const YView& y) {
@@ -52,21 +36,36 @@ void bias_add(const ExecSpace& exec, const BView& b, const YView& y) {
   }
 }
 
+/// \brief y += b + r: a row-parallel layer's bias and the residual stream added to its
+/// (tensor-summed) product in one pass.  b (N), r (B,N), y (B,N).
+template <class BView, class RView, class YView>
+void bias_residual_add(const ExecSpace& exec, const BView& b, const RView& r, const YView& y) {
+  if constexpr (rows_on_host<YView>()) {
+    const Index cols = Index(y.extent(1));
+    Kokkos::parallel_for("tessera::bias_residual_add", range(exec, Index(y.extent(0))),
+                         KOKKOS_LAMBDA(const Index i) {
+                           TESSERA_SIMD
+                           for (Index j = 0; j < cols; ++j) y(i, j) += b(j) + r(i, j);
+                         });
+  } else {
+    Kokkos::parallel_for("tessera::bias_residual_add", rows_cols(exec, y),
+                         KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j) + r(i, j); });
+  }
+}
+
 /// \brief db += column sums of dy (accumulates, for micro-batches).  dy (B,N), db (N).
-/// One thread per block of columns, a loop over the rows: no atomics, and each column's
-/// summation order is fixed (row by row). Blocks are one column wide on a GPU (neighbouring
-/// threads read neighbouring columns) and 32 wide on a CPU (each thread reads rows of
-/// contiguous columns instead of striding down one).
+/// One thread per block of column_block() columns, a loop over the rows: no atomics, and each
+/// column's summation order is fixed (row by row).
 template <class DyView, class DbView>
 void bias_backward(const ExecSpace& exec, const DyView& dy, const DbView& db) {
   using T = typename DbView::non_const_value_type;
-  constexpr Index width = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible ? 32 : 1;
   const Index rows = Index(dy.extent(0)), cols = Index(dy.extent(1));
+  const Index width = column_block(exec, cols);
   Kokkos::parallel_for("tessera::bias_backward", range(exec, (cols + width - 1) / width),
                        KOKKOS_LAMBDA(const Index block) {
                          const Index j0 = block * width;
                          const Index n = cols - j0 < width ? cols - j0 : width;
-                         T sum[width] = {};
+                         T sum[column_block_max] = {};
                          for (Index i = 0; i < rows; ++i) {
                            TESSERA_SIMD
                            for (Index k = 0; k < n; ++k) sum[k] += dy(i, j0 + k);

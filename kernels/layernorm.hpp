@@ -62,11 +62,12 @@ void layernorm_forward(const ExecSpace& exec, const XView& x, const WView& weigh
       });
 }
 
-/// \brief One row of dx: dx_c = rstd (g_c - mean(g) - n_c mean(g n)), g_c = dy_c weight_c.
-/// dx may alias dy (both reductions finish before the first dx is written).
-template <class T, class XRow, class DyRow, class WRow, class DxRow>
+/// \brief One row of dx: dx_c = rstd (g_c - mean(g) - n_c mean(g n)) + res_c, g_c = dy_c weight_c.
+/// dx may alias dy (both reductions finish before the first dx is written) and res.
+template <class T, class XRow, class DyRow, class WRow, class ResRow, class DxRow>
 KOKKOS_INLINE_FUNCTION void layernorm_backward_row(const XRow& x, const DyRow& dy, const WRow& weight,
-                                                   const DxRow& dx, Index cols, T mean, T rstd) {
+                                                   const ResRow& res, const DxRow& dx, Index cols, T mean,
+                                                   T rstd) {
   T sum_g = T(0), sum_gn = T(0);
   TESSERA_SIMD_REDUCTION(+ : sum_g, sum_gn)
   for (Index c = 0; c < cols; ++c) {
@@ -78,32 +79,39 @@ KOKKOS_INLINE_FUNCTION void layernorm_backward_row(const XRow& x, const DyRow& d
   TESSERA_SIMD
   for (Index c = 0; c < cols; ++c) {
     const T n = (x(c) - mean) * rstd;
-    dx(c) = rstd * (dy(c) * weight(c) - mean_g - n * mean_gn);
+    dx(c) = rstd * (dy(c) * weight(c) - mean_g - n * mean_gn) + res(c);
   }
 }
 
-/// \brief Gradients of layernorm_forward: dx overwritten, dweight and dbias accumulated (+=,
-/// for micro-batches).
+/// The residual of a layernorm_backward without one.
+struct NoResidual {
+  KOKKOS_INLINE_FUNCTION int operator()(Index, Index) const { return 0; }
+};
+
+/// \brief Gradients of layernorm_forward: dx = the input gradient + residual (overwritten; the
+/// residual stream's gradient, when the LayerNorm sits on one, added in the same pass), dweight
+/// and dbias accumulated (+=, for micro-batches).
 /// x (rows,C), weight (C), mean (rows), rstd (rows) as saved by layernorm_forward,
-/// dy (rows,C), dx (rows,C) (may alias dy), dweight (C), dbias (C).
+/// dy (rows,C), dx (rows,C) (may alias dy or residual), dweight (C), dbias (C),
+/// residual (rows,C) or NoResidual.
 /// dweight and dbias: one thread per column looping over the rows (no atomics, fixed order);
 /// they run before dx, so dx may overwrite dy.
 template <class XView, class WView, class MView, class RView, class DyView, class DxView,
-          class DwView, class DbView>
+          class DwView, class DbView, class ResView = NoResidual>
 void layernorm_backward(const ExecSpace& exec, const XView& x, const WView& weight,
                         const MView& mean, const RView& rstd, const DyView& dy, const DxView& dx,
-                        const DwView& dweight, const DbView& dbias) {
+                        const DwView& dweight, const DbView& dbias, const ResView& residual = {}) {
   using T = typename DxView::non_const_value_type;
   const Index rows = Index(x.extent(0)), cols = Index(x.extent(1));
   // Parameter gradients: column sums over the rows, one thread per block of columns as in
-  // bias_backward (32 contiguous columns on a CPU, one on a GPU); each column's order fixed.
-  constexpr Index width = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible ? 32 : 1;
+  // bias_backward; each column's order fixed.
+  const Index width = column_block(exec, cols);
   Kokkos::parallel_for(
       "tessera::layernorm_backward::params", range(exec, (cols + width - 1) / width),
       KOKKOS_LAMBDA(const Index block) {
         const Index c0 = block * width;
         const Index n = cols - c0 < width ? cols - c0 : width;
-        T sum_w[width] = {}, sum_b[width] = {};
+        T sum_w[column_block_max] = {}, sum_b[column_block_max] = {};
         for (Index r = 0; r < rows; ++r) {
           const T m = mean(r), s = rstd(r);
           TESSERA_SIMD
@@ -122,6 +130,7 @@ void layernorm_backward(const ExecSpace& exec, const XView& x, const WView& weig
       "tessera::layernorm_backward::dx", range(exec, rows), KOKKOS_LAMBDA(const Index r) {
         layernorm_backward_row<T>([&](Index c) { return x(r, c); }, [&](Index c) { return dy(r, c); },
                                   [&](Index c) { return weight(c); },
+                                  [&](Index c) { return T(residual(r, c)); },
                                   [&](Index c) -> T& { return dx(r, c); }, cols, T(mean(r)),
                                   T(rstd(r)));
       });

@@ -33,6 +33,42 @@ inline Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>> range(const Exec
   return Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n);
 }
 
+/// 2-D policy over (rows, cols) of y: no integer division per element (a flat range with
+/// idx / N, idx % N measured slower on the host), coalesced over columns on GPUs.
+template <class YView>
+Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>> rows_cols(
+    const ExecSpace& exec, const YView& y) {
+  return Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(
+      exec, {0, 0}, {Index(y.extent(0)), Index(y.extent(1))});
+}
+
+/// Host memory: one thread per row with a vectorisable loop over the columns (an MDRange tiles
+/// and does not vectorise); a GPU: one thread per element.
+template <class YView>
+constexpr bool rows_on_host() {
+  return Kokkos::SpaceAccessibility<HostSpace, typename YView::memory_space>::accessible;
+}
+
+/// Column sums (bias and LayerNorm parameter gradients) run one thread per block of columns
+/// looping over the rows: no atomics, and each column's order fixed (row by row), whatever the
+/// block width. On a GPU a block is one column (neighbouring threads read neighbouring
+/// columns). On a CPU it is as wide as leaves a block to every thread, from 32 to
+/// `column_block_max` columns: wide blocks read each row as one long contiguous run, which the
+/// prefetcher follows (the GPT's bias and LayerNorm gradients took 2.4x less time at 1024
+/// columns than at 32 on one thread).
+inline constexpr Index column_block_max = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible ? 1024 : 1;
+
+/// \brief The width of column_block_max's blocks for `cols` columns on `exec`.
+inline Index column_block(const ExecSpace& exec, Index cols) {
+  if constexpr (column_block_max == 1) {
+    return 1;
+  } else {
+    const Index threads = exec.concurrency() > 0 ? Index(exec.concurrency()) : 1;
+    const Index w = ((cols + threads - 1) / threads + 31) / 32 * 32;
+    return w < 32 ? 32 : w > column_block_max ? column_block_max : w;
+  }
+}
+
 /// A contiguous rank-2 view seen as one flat vector of rows*cols elements, for element-wise
 /// kernels. Throws when the view is strided (a column subview).
 template <class View>

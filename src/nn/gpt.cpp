@@ -9,6 +9,7 @@
 #include "blas/gemm.hpp"
 #include "core/memory.hpp"
 #include "kernels/activation.hpp"
+#include "kernels/bias.hpp"
 #include "nn/attention.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/layernorm.hpp"
@@ -34,15 +35,6 @@ template <class T>
 Vector<T> alloc_vector(const std::string& what, std::size_t n) {
   return Vector<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::" + what),
                                       Kokkos::WithoutInitializing), n);
-}
-
-// y += x, elementwise over equal shapes.
-template <class T>
-void add_into(const ExecSpace& exec, const MatrixU<T>& y, const MatrixU<const T>& x) {
-  const T* xs = x.data();
-  T* ys = y.data();
-  Kokkos::parallel_for("tessera::nn::Gpt::add", Kokkos::RangePolicy<ExecSpace>(exec, 0, y.size()),
-                       KOKKOS_LAMBDA(const std::size_t i) { ys[i] += xs[i]; });
 }
 
 template <class T>
@@ -263,14 +255,17 @@ void Gpt<T>::block_forward(const ExecSpace& exec, const Block& b, const MatrixU<
   b.qkv.forward(exec, ln1, qkv, part_.tensor_sum);
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
   attention_forward<T>(exec, qkv, y, att);
-  b.proj.forward(exec, y, x1, part_.tensor_sum);
-  add_into<T>(exec, x1, x);
+  // The biases of proj, fc and mproj come in the kernels after their products (one pass
+  // fewer over each output).
+  b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
+  kernels::bias_residual_add(exec, store_->value(b.proj.bias_index()), x, x1);
   kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
                              ln2, head(a.mean2, tokens), head(a.rstd2, tokens));
-  b.fc.forward(exec, ln2, fc, part_.tensor_sum);
-  kernels::gelu_forward_saving_derivative(exec, flat(fc), flat(h), flat(fc));  // fc: gelu' from here on
-  b.mproj.forward(exec, h, out, part_.tensor_sum);
-  add_into<T>(exec, out, x1);
+  b.fc.forward(exec, ln2, fc, part_.tensor_sum, Linear<T>::Bias::caller);
+  kernels::gelu_forward_saving_derivative(exec, store_->value(b.fc.bias_index()), fc, h,
+                                          fc);  // fc: gelu' from here on
+  b.mproj.forward(exec, h, out, part_.tensor_sum, Linear<T>::Bias::caller);
+  kernels::bias_residual_add(exec, store_->value(b.mproj.bias_index()), x1, out);
 }
 
 template <class T>
@@ -282,11 +277,11 @@ void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU
   const MatrixU<T> dh = r(dh_), dln = r(dln_), d1 = r(d1_), dy = r(dy_), dqkv = r(dqkv_);
   // MLP sub-block.
   b.mproj.backward(exec, r(a.h), dres, dh);
-  kernels::gelu_backward_saved(exec, flat(r(a.fc)), flat(dh), flat(dh));
-  b.fc.backward(exec, r(a.ln2), dh, dln, part_.tensor_sum);
+  kernels::gelu_backward_saved(exec, r(a.fc), dh, dh, store_->grad(b.fc.bias_index()));  // and fc's bias
+  b.fc.backward(exec, r(a.ln2), dh, dln, part_.tensor_sum, Linear<T>::Bias::caller);
   kernels::layernorm_backward(exec, r(a.x1), store_->value(b.ln2_w), head(a.mean2, tokens),
-                              head(a.rstd2, tokens), dln, d1, store_->grad(b.ln2_w), store_->grad(b.ln2_b));
-  add_into<T>(exec, d1, dres);  // d1: the gradient of x1
+                              head(a.rstd2, tokens), dln, d1, store_->grad(b.ln2_w), store_->grad(b.ln2_b),
+                              dres);  // d1: the gradient of x1, through LayerNorm and the residual
   // Attention sub-block.
   b.proj.backward(exec, r(a.y), d1, dy);
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
@@ -295,8 +290,8 @@ void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU
   attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
   b.qkv.backward(exec, r(a.ln1), dqkv, dln, part_.tensor_sum);
   kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), head(a.mean1, tokens),
-                              head(a.rstd1, tokens), dln, dres, store_->grad(b.ln1_w), store_->grad(b.ln1_b));
-  add_into<T>(exec, dres, d1);
+                              head(a.rstd1, tokens), dln, dres, store_->grad(b.ln1_w), store_->grad(b.ln1_b),
+                              d1);
 }
 
 template <class T>

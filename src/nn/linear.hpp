@@ -83,15 +83,22 @@ class Linear {
   /// The store's unit holding this layer's parameters.
   std::size_t unit() const { return unit_; }
 
+  /// Who applies the bias: the layer (forward adds it, backward sums dy's columns into its
+  /// gradient), or the caller, fused into the kernel that reads the product (forward) or makes
+  /// dy (backward), which saves a pass over the output.
+  enum class Bias { layer, caller };
+
   /// \brief y = x W^T + b (row-parallel: y = x W^T, the caller sums it over the tensor group
-  /// and calls add_bias).  x (B,in), y (B,out); rows may be strided (stride_0 >= extent 1).
-  void forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& y) const {
+  /// and calls add_bias; Bias::caller: y = x W^T).  x (B,in), y (B,out); rows may be strided
+  /// (stride_0 >= extent 1).
+  void forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& y,
+               Bias who = Bias::layer) const {
     const int batch = int(x.extent(0));
     check_shape("forward: x", x, batch, in_);
     check_shape("forward: y", y, batch, out_);
     const MatrixU<T> w = store_->value_matrix(weight_);
     // Bias into every row of y, then y += x W^T.
-    const bool bias = split_ != Split::row;
+    const bool bias = split_ != Split::row && who == Bias::layer;
     if (bias) kernels::bias_broadcast(exec, store_->value(bias_), y);
     blas::gemm(exec, blas::Op::N, blas::Op::T, batch, out_, in_, T(1), x.data(), ld(x), w.data(),
                in_, bias ? T(1) : T(0), y.data(), ld(y));
@@ -106,39 +113,40 @@ class Linear {
   using TensorSum = std::function<void(T*, std::size_t)>;
 
   /// \brief forward(), completed over the tensor group: a row-parallel layer's partial
-  /// product is summed (`sum`) and its bias added, so y is the whole output on every rank.
-  /// Reads the weight and, for a row-parallel layer, the bias: call it between a unit's
-  /// before_forward and after_forward hooks.
+  /// product is summed (`sum`) and its bias added (unless Bias::caller), so y is the whole
+  /// output on every rank. Reads the weight and, for a row-parallel layer, the bias: call it
+  /// between a unit's before_forward and after_forward hooks.
   void forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& y,
-               const TensorSum& sum) const {
-    forward(exec, x, y);
+               const TensorSum& sum, Bias who = Bias::layer) const {
+    forward(exec, x, y, who);
     if (split_ != Split::row) return;
     exec.fence();
     sum(y.data(), y.size());
-    add_bias(exec, y);
+    if (who == Bias::layer) add_bias(exec, y);
   }
 
   /// \brief backward(), completed over the tensor group: a column-parallel layer's input
   /// gradient (a partial sum over the ranks' output blocks) is summed with `sum`.
   void backward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<const T>& dy,
-                const MatrixU<T>& dx, const TensorSum& sum) const {
-    backward(exec, x, dy, dx);
+                const MatrixU<T>& dx, const TensorSum& sum, Bias who = Bias::layer) const {
+    backward(exec, x, dy, dx, who);
     if (split_ != Split::column || dx.data() == nullptr) return;
     exec.fence();
     sum(dx.data(), dx.size());
   }
 
-  /// \brief dW += dy^T x, db += colsum(dy) (both accumulate, for micro-batches), and
-  /// dx = dy W when dx is not empty (dx is overwritten).  x (B,in), dy (B,out), dx (B,in).
+  /// \brief dW += dy^T x, db += colsum(dy) (both accumulate, for micro-batches; db only with
+  /// Bias::layer), and dx = dy W when dx is not empty (dx is overwritten).
+  /// x (B,in), dy (B,out), dx (B,in).
   void backward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<const T>& dy,
-                const MatrixU<T>& dx) const {
+                const MatrixU<T>& dx, Bias who = Bias::layer) const {
     const int batch = int(x.extent(0));
     check_shape("backward: x", x, batch, in_);
     check_shape("backward: dy", dy, batch, out_);
     const MatrixU<T> dw = store_->grad_matrix(weight_);
     blas::gemm(exec, blas::Op::T, blas::Op::N, out_, in_, batch, T(1), dy.data(), ld(dy),
                x.data(), ld(x), T(1), dw.data(), in_);
-    kernels::bias_backward(exec, dy, store_->grad(bias_));
+    if (who == Bias::layer) kernels::bias_backward(exec, dy, store_->grad(bias_));
     if (dx.data() != nullptr) {
       check_shape("backward: dx", dx, batch, in_);
       const MatrixU<T> w = store_->value_matrix(weight_);

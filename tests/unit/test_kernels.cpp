@@ -68,16 +68,27 @@ TYPED_TEST(KernelTest, GeluForwardBackwardMatchExactErfForm) {
     EXPECT_NEAR(y[i], gelu_ref(z[i]), 6 * tolerance<T>() * (1 + std::abs(z[i]))) << z[i];
     EXPECT_NEAR(dz[i], dy[i] * gelu_grad_ref(z[i]), 6 * tolerance<T>()) << z[i];
   }
-  // The forward that keeps gelu' (in place of z) and the one-product backward give the same
-  // values as the pair above.
-  Vector<T> d_y2("y2", n), d_dz2("dz2", n);
-  auto d_zd = to_device(z);
-  kernels::gelu_forward_saving_derivative(exec, d_zd, d_y2, d_zd);
-  kernels::gelu_backward_saved(exec, d_zd, d_dy, d_dz2);
-  const auto y2 = to_host(d_y2), dz2 = to_host(d_dz2);
+  // The forward that keeps gelu' (in place of z, here z - b plus the bias b) and the
+  // one-product backward give the same values as the pair above; the backward's column sums
+  // accumulate onto db.
+  const std::size_t rows = 77, cols = 13;  // rows * cols == n
+  const auto b = random_vector<T>(cols, 5), db0 = random_vector<T>(cols, 6);
+  std::vector<T> z_minus_b(n);
+  for (std::size_t i = 0; i < n; ++i) z_minus_b[i] = z[i] - b[i % cols];
+  auto d_zd = to_device(z_minus_b, rows, cols);
+  auto d_b = to_device(b), d_db = to_device(db0);
+  Matrix<T> d_y2("y2", rows, cols), d_dz2("dz2", rows, cols);
+  kernels::gelu_forward_saving_derivative(exec, d_b, d_zd, d_y2, d_zd);
+  kernels::gelu_backward_saved(exec, d_zd, to_device(dy, rows, cols), d_dz2, d_db);
+  const auto y2 = to_host(d_y2), dz2 = to_host(d_dz2), db = to_host(d_db);
   for (std::size_t i = 0; i < n; ++i) {
     EXPECT_NEAR(y2[i], y[i], 2 * tolerance<T>() * (1 + std::abs(z[i]))) << z[i];
     EXPECT_NEAR(dz2[i], dz[i], 2 * tolerance<T>() * (1 + std::abs(dy[i]))) << z[i];
+  }
+  for (std::size_t j = 0; j < cols; ++j) {
+    double sum = db0[j];
+    for (std::size_t i = 0; i < rows; ++i) sum += double(dz2[i * cols + j]);
+    EXPECT_NEAR(db[j], sum, 20 * tolerance<T>() * (1 + std::abs(sum))) << j;
   }
   // Known values (PyTorch: F.gelu(torch.tensor([1.0, -2.0], dtype=torch.float64))).
   EXPECT_NEAR(kernels::gelu(1.0), 0.8413447460685429, 1e-15);
@@ -99,6 +110,15 @@ TYPED_TEST(KernelTest, BiasBroadcastAddAndColumnSums) {
   auto y = to_host(d_y);
   for (std::size_t i = 0; i < rows; ++i)
     for (std::size_t j = 0; j < cols; ++j) EXPECT_EQ(y[i * cols + j], T(y0[i * cols + j] + b[j]));
+
+  // The row-parallel bias and the residual stream in one pass.
+  const auto r = random_vector<T>(rows * cols, 9);
+  kernels::bias_residual_add(exec, d_b, to_device(r, rows, cols), d_y);
+  const auto y_before = y;
+  y = to_host(d_y);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j)
+      EXPECT_EQ(y[i * cols + j], T(y_before[i * cols + j] + T(b[j] + r[i * cols + j])));
 
   kernels::bias_broadcast(exec, d_b, d_y);
   y = to_host(d_y);

@@ -143,6 +143,12 @@ TEST(TransformerGradCheck, LayerNorm) {
     EXPECT_DOUBLE_EQ(dw2[c], 2 * h_dw[c]);
     EXPECT_DOUBLE_EQ(db2[c], 2 * h_db[c]);
   }
+  // With a residual stream: dx = the input gradient + residual, in place of the residual too.
+  const auto res = random_vector<double>(rows * channels, 8);
+  Matrix<double> d_res = to_device(res, rows, channels);
+  kernels::layernorm_backward(exec, x, w, mean, rstd, to_device(r, rows, channels), d_res, dw, db, d_res);
+  const auto h_res = to_host(d_res);
+  for (std::size_t i = 0; i < h_res.size(); ++i) EXPECT_NEAR(h_res[i], h_dx[i] + res[i], 1e-14) << i;
 }
 
 // --- Attention -------------------------------------------------------------------------------
