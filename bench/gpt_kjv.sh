@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Validation loss against wall-clock: Tessera's GPT on 2 ranks (inputs/kjv_gpt.toml, about 20
+# Validation loss against wall-clock: Tessera's GPT on 2 ranks (inputs/kjv_gpt.toml, about 14
 # minutes here), then the PyTorch peer gpt_mini.py for the same wall-clock time (its step count
 # from a 20-step calibration of its speed), in one sitting.
 #   tools/mpirun.sh -n 2 build/tessera train inputs/kjv_gpt.toml --set run.output_dir=...
