@@ -10,8 +10,11 @@
 #   torch2_ob2   --threads 2, OPENBLAS_NUM_THREADS=2
 #   ddp2_torch1  --ddp 2 --threads 1 (2 gloo processes), OPENBLAS_NUM_THREADS=1 in each
 
-# The Python that has torch (the pyenv python3 on PATH lacks it).
+# The Python that has Debian's torch (python3-torch 1.13; the pyenv python3 on PATH lacks it).
 PEER_PYTHON=${PEER_PYTHON:-/usr/bin/python3}
+# The second peer: a current torch from PyPI in a virtual environment (bench/peer_venv.sh makes
+# it). Its wheel carries MKL and oneDNN, so OPENBLAS_CORETYPE does not reach its GEMMs.
+PYPI_PEER_PYTHON=${PYPI_PEER_PYTHON:-$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel 2>/dev/null)/.venv/bin/python}
 
 # \brief Print an error (and a hint, when given) and exit 1.
 # \param $1 what is wrong, $2 optional hint
@@ -91,6 +94,11 @@ parse_peer_summary() {
     return 1
   }
   sed -E 's/.*median-epoch samples\/s=([0-9.]+).*final test_acc=([0-9.]+).*/\1,\2/' <<<"$line"
+}
+
+# \brief Succeed when the PyPI peer's Python exists and imports torch.
+have_pypi_peer() {
+  [[ -x "$PYPI_PEER_PYTHON" ]] && "$PYPI_PEER_PYTHON" -c 'import torch' 2>/dev/null
 }
 
 # \brief Median of numbers given as arguments.
