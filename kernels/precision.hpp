@@ -13,6 +13,7 @@
 
 #include "core/precision.hpp"
 #include "kernels/reduce.hpp"
+#include "kernels/simd.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera::kernels {
@@ -55,37 +56,32 @@ KOKKOS_INLINE_FUNCTION float round_bf16(float x) { return from_bf16_bits(to_bf16
 /// (halfway from 65504 to 2^16) gives +-inf, |x| < 2^-14 gives a subnormal or +-0, NaN a quiet
 /// NaN with x's sign and top payload bits, -0 stays -0.
 KOKKOS_INLINE_FUNCTION std::uint16_t to_fp16_bits(float x) {
+  // Every case is computed and the right one selected, so that a loop of conversions vectorises.
   const std::uint32_t u = detail::bits_of(x);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
-  std::uint32_t a = u & 0x7fffffffu;
-  if (a >= 0x7f800000u) {  // inf or NaN
-    return std::uint16_t(sign | 0x7c00u | (a > 0x7f800000u ? 0x0200u | ((a >> 13) & 0x03ffu) : 0u));
-  }
-  if (a >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);  // >= 65520: overflow
-  if (a < 0x38800000u) {  // below 2^-14: subnormal in fp16, value m * 2^(e - 150)
-    const std::uint32_t e = a >> 23;
-    if (e < 102) return std::uint16_t(sign);  // below 2^-25: rounds to zero
-    const std::uint32_t m = (a & 0x007fffffu) | 0x00800000u;
-    const std::uint32_t shift = 126u - e;  // 14 ... 24: result in units of 2^-24
-    std::uint32_t h = m >> shift;
-    const std::uint32_t rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    if (rest > half || (rest == half && (h & 1u))) ++h;  // may carry into the smallest normal
-    return std::uint16_t(sign | h);
-  }
-  a += 0x0fffu + ((a >> 13) & 1u);  // round half to even on bit 13; a carry bumps the exponent
-  return std::uint16_t(sign | ((a >> 13) - (112u << 10)));  // rebias the exponent: 127 -> 15
+  const std::uint32_t a = u & 0x7fffffffu;
+  // Normal: round half to even on bit 13 (a carry bumps the exponent), rebias 127 -> 15.
+  const std::uint32_t normal = ((a + 0x0fffu + ((a >> 13) & 1u)) >> 13) - (112u << 10);
+  // Below 2^-14: a multiple of 2^-24. Adding 0.5f, whose ulp is 2^-24, rounds |x| to one (ties
+  // to even, in the FPU); the low bits of the sum count the units (1024 = the smallest normal).
+  // Below 2^-25 that gives 0, as it should.
+  const std::uint32_t subnormal = detail::bits_of(detail::float_of(a) + 0.5f) - 0x3f000000u;
+  std::uint32_t h = a < 0x38800000u ? subnormal : normal;
+  h = a >= 0x477ff000u ? 0x7c00u : h;                                     // >= 65520, inf: inf
+  h = a > 0x7f800000u ? 0x7c00u | 0x0200u | ((a >> 13) & 0x03ffu) : h;  // NaN: quiet, top payload
+  return std::uint16_t(sign | h);
 }
 
 /// \brief The float holding the binary16 value with pattern h (exact).
 KOKKOS_INLINE_FUNCTION float from_fp16_bits(std::uint16_t h) {
+  // Selects, not branches, as in to_fp16_bits.
   const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
   const std::uint32_t e = (h >> 10) & 0x1fu, m = h & 0x03ffu;
-  if (e == 0x1fu) return detail::float_of(sign | 0x7f800000u | (m << 13));  // inf, NaN
-  if (e == 0) {                                                             // zero, subnormal
-    const float magnitude = float(m) * 5.9604644775390625e-8f;              // m * 2^-24, exact
-    return sign ? -magnitude : magnitude;
-  }
-  return detail::float_of(sign | ((e + 112u) << 23) | (m << 13));
+  const std::uint32_t normal = sign | ((e + 112u) << 23) | (m << 13);
+  const std::uint32_t special = sign | 0x7f800000u | (m << 13);  // inf, NaN
+  // Zero and subnormals: m * 2^-24, exact.
+  const std::uint32_t small = sign | detail::bits_of(float(m) * 5.9604644775390625e-8f);
+  return detail::float_of(e == 0x1fu ? special : e == 0 ? small : normal);
 }
 
 /// \brief x rounded to the nearest binary16, as a float holding that value exactly.
@@ -94,6 +90,48 @@ KOKKOS_INLINE_FUNCTION float round_fp16(float x) { return from_fp16_bits(to_fp16
 /// \brief x rounded to precision p (fp32: x itself).
 KOKKOS_INLINE_FUNCTION float round_to(Precision p, float x) {
   return p == Precision::bf16 ? round_bf16(x) : p == Precision::fp16 ? round_fp16(x) : x;
+}
+
+namespace detail {
+
+/// Rounds the (rows, cols) block at row stride ld of c in place with `round`: on a CPU one
+/// thread per row with a vectorised loop over the columns (no division per element, the
+/// precision fixed outside the loop), on a GPU one thread per element.
+template <class Round>
+void round_rows(const ExecSpace& exec, const char* label, float* c, Index rows, Index cols, Index ld,
+                Round round) {
+  if constexpr (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+    Kokkos::parallel_for(label, range(exec, rows), KOKKOS_LAMBDA(const Index i) {
+      float* ci = c + i * ld;
+      TESSERA_SIMD
+      for (Index j = 0; j < cols; ++j) ci[j] = round(ci[j]);
+    });
+  } else {
+    Kokkos::parallel_for(label,
+                         Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(
+                             exec, {0, 0}, {rows, cols}),
+                         KOKKOS_LAMBDA(const Index i, const Index j) { c[i * ld + j] = round(c[i * ld + j]); });
+  }
+}
+
+}  // namespace detail
+
+/// round_bf16 and round_fp16 as function objects, for kernels templated on the rounding.
+struct RoundBf16 {
+  KOKKOS_INLINE_FUNCTION float operator()(float x) const { return round_bf16(x); }
+};
+struct RoundFp16 {
+  KOKKOS_INLINE_FUNCTION float operator()(float x) const { return round_fp16(x); }
+};
+
+/// \brief Rounds the (rows, cols) block of c at row stride ld (>= cols) in place to precision
+/// p, as a 16-bit GEMM's output is stored; fp32 launches nothing. c in MemSpace. Enqueued on exec.
+inline void round_rows(const ExecSpace& exec, Precision p, float* c, Index rows, Index cols, Index ld) {
+  if (p == Precision::bf16) {
+    detail::round_rows(exec, "tessera::round_rows::bf16", c, rows, cols, ld, RoundBf16{});
+  } else if (p == Precision::fp16) {
+    detail::round_rows(exec, "tessera::round_rows::fp16", c, rows, cols, ld, RoundFp16{});
+  }
 }
 
 /// \brief Rounds every element of x in place to precision p; fp32 leaves x untouched (no kernel).

@@ -54,13 +54,7 @@ void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha,
   }
   gemm(exec, p, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
   // The product is stored in p: round C (rows of n at stride ldc).
-  const Index cols = n;
-  Kokkos::parallel_for("tessera::blas::gemm::round_output",
-                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, Index(m) * cols),
-                       KOKKOS_LAMBDA(const Index e) {
-                         float& c = C[(e / cols) * ldc + e % cols];
-                         c = kernels::round_to(p, c);
-                       });
+  kernels::round_rows(exec, p, C, m, n, ldc);
 }
 
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, double alpha,

@@ -9,6 +9,7 @@
 #include "blas/gemm.hpp"
 #include "core/memory.hpp"
 #include "kernels/precision.hpp"
+#include "kernels/simd.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include "blas/cublas_gemm.hpp"
@@ -29,14 +30,6 @@ struct ToFp16Bits {
     return kernels::to_fp16_bits(x);
   }
 };
-#if !defined(TESSERA_GEMM_CUBLAS)
-struct RoundBf16 {
-  KOKKOS_INLINE_FUNCTION float operator()(float x) const { return kernels::round_bf16(x); }
-};
-struct RoundFp16 {
-  KOKKOS_INLINE_FUNCTION float operator()(float x) const { return kernels::round_fp16(x); }
-};
-#endif
 
 /// The stored shape of an operand: op(X) is (rows_op x cols_op), X is stored transposed for T.
 struct Stored {
@@ -48,9 +41,21 @@ Stored stored(Op op, int rows_op, int cols_op, int ld) {
   return op == Op::N ? Stored{rows_op, cols_op, ld} : Stored{cols_op, rows_op, ld};
 }
 
-/// \brief dst (rows, cols) packed = convert(src (rows, ld)) over the stored rows.
+/// \brief dst (rows, cols) packed = convert(src (rows, ld)) over the stored rows. On a CPU one
+/// thread per row with a vectorised loop over its columns; on a GPU one thread per element.
 template <class Out, class Convert>
 void pack(const ExecSpace& exec, const float* src, const Stored& s, Out* dst, Convert convert) {
+  if constexpr (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+    const Index cols = s.cols, ld = s.ld;
+    Kokkos::parallel_for(
+        "tessera::blas::gemm::pack", range(exec, Index(s.rows)), KOKKOS_LAMBDA(const Index r) {
+          const float* in = src + r * ld;
+          Out* out = dst + r * cols;
+          TESSERA_SIMD
+          for (Index c = 0; c < cols; ++c) out[c] = convert(in[c]);
+        });
+    return;
+  }
   if (s.ld == s.cols || s.rows == 1) {  // contiguous: one flat loop
     Kokkos::parallel_for(
         "tessera::blas::gemm::pack", range(exec, s.size()),
@@ -176,9 +181,9 @@ void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k,
     cblas::gemm(ta, tb, m, n, k, alpha, pa, pa_ld, pb, pb_ld, beta, C, ldc);
   };
   if (p == Precision::bf16) {
-    packed_product(exec, s.a32, s.b32, A, a, B, b, RoundBf16{}, sgemm);
+    packed_product(exec, s.a32, s.b32, A, a, B, b, kernels::RoundBf16{}, sgemm);
   } else {
-    packed_product(exec, s.a32, s.b32, A, a, B, b, RoundFp16{}, sgemm);
+    packed_product(exec, s.a32, s.b32, A, a, B, b, kernels::RoundFp16{}, sgemm);
   }
 #endif
 }

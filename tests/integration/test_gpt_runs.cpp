@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -153,6 +154,9 @@ TEST(Gpt, MixedPrecisionTracksFp32) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto losses = train_losses(dir);
     const double diff = max_relative_difference(ref, losses);
+    const std::size_t from = r.output.find("matrix products ("), to = r.output.find("), outputs");
+    const std::string gemm = from < to && to != std::string::npos ? r.output.substr(from + 17, to - from - 17) : "?";
+    std::printf("%s: largest relative loss difference from fp32 %.3g, GEMM %s\n", precision, diff, gemm.c_str());
     EXPECT_LE(diff, tolerance);
     EXPECT_GT(diff, 0.0);  // the rounding is real
     EXPECT_NE(r.output.find(std::string("precision: ") + precision), std::string::npos) << r.output;

@@ -109,6 +109,36 @@ TEST(GemmPrecision, EveryPrecisionTransposePaddingAlphaBeta) {
   }
 }
 
+/// Restores fp32 as the process's GEMM precision when a test ends, passed or not.
+struct MatmulPrecision {
+  explicit MatmulPrecision(Precision p) { blas::set_matmul_precision(p); }
+  ~MatmulPrecision() { blas::set_matmul_precision(Precision::fp32); }
+};
+
+TEST(GemmPrecision, ProcessPrecisionStoresTheOutputInItAndLeavesThePaddingAlone) {
+  // train.precision's path: the plain float gemm under set_matmul_precision(p) is gemm(exec, p)
+  // with C then rounded to p, row by row at stride ldc (a strided, padded C here).
+  for (Precision pr : {Precision::bf16, Precision::fp16}) {
+    SCOPED_TRACE(precision_name(pr));
+    Product p = make(Op::N, Op::T, 19, 37, 23, 5, 1.25f, 0.5f, 900 + unsigned(pr));
+    Product want = p;
+    run(want, pr);  // gemm(exec, pr, ...): fp32 output
+    auto d_a = test::to_device(p.a), d_b = test::to_device(p.b), d_c = test::to_device(p.c0);
+    {
+      MatmulPrecision scope(pr);
+      blas::gemm(ExecSpace(), p.ta, p.tb, p.m, p.n, p.k, p.alpha, d_a.data(), p.lda, d_b.data(), p.ldb,
+                 p.beta, d_c.data(), p.ldc);
+    }
+    const std::vector<float> c = test::to_host(d_c);
+    for (std::size_t e = 0; e < c.size(); ++e) {
+      const bool inside = int(e % std::size_t(p.ldc)) < p.n;
+      const float expected = inside ? k::round_to(pr, want.c[e]) : p.c0[e];
+      ASSERT_EQ(c[e], expected) << "element " << e << (inside ? "" : " (padding)");
+    }
+  }
+  EXPECT_EQ(blas::matmul_precision(), Precision::fp32);
+}
+
 /// max |x - y| / max |y|
 double relative_difference(const std::vector<float>& x, const std::vector<float>& y) {
   double diff = 0.0, scale = 0.0;

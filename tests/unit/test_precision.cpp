@@ -284,6 +284,34 @@ TEST(RoundTo, RankTwoViewsAndIdempotence) {
   for (float v : test::to_host(d)) EXPECT_EQ(bits(v), bits(k::round_fp16(v)));
 }
 
+TEST(RoundRows, StridedBlockMatchesTheScalarFunctionsAndLeavesThePaddingAlone) {
+  // A GEMM's output block: 37 rows of 45 columns at stride 64, in a buffer of 40 x 64. The
+  // vectorised CPU loop has remainders (45 is no multiple of a vector); NaNs, infinities and
+  // values near the formats' limits are spread over it.
+  const Index rows = 37, cols = 45, ld = 64;
+  std::vector<float> h = test::random_vector<float>(std::size_t(40 * ld), 11, -70000.0, 70000.0);
+  std::mt19937 gen(13);
+  for (int i = 0; i < 400; ++i) h[std::size_t(gen() % h.size())] = from_bits(gen());  // any bits
+  h[1] = from_bits(0x7f800001u);
+  h[2] = -0.0f;
+  h[3] = 65520.0f;
+  h[4] = 3e-8f;
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    SCOPED_TRACE(precision_name(p));
+    auto d = test::to_device(h);
+    k::round_rows(ExecSpace(), p, d.data(), rows, cols, ld);
+    const std::vector<float> out = test::to_host(d);
+    for (std::size_t e = 0; e < h.size(); ++e) {
+      const bool inside = Index(e) / ld < rows && Index(e) % ld < cols;
+      if (!inside || p == Precision::fp32) {
+        ASSERT_EQ(bits(out[e]), bits(h[e])) << e;
+      } else {
+        ASSERT_TRUE(same(out[e], k::round_to(p, h[e]))) << e;
+      }
+    }
+  }
+}
+
 TEST(AllFinite, FindsEveryKindOfNonFiniteValue) {
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> base = {
