@@ -35,7 +35,6 @@ reps=${REPS:-3}
 steps=${STEPS:-40}
 read -r -a coretypes <<<"${CORETYPES:-Haswell unset}"
 build=${BUILD_DIR:-build}
-deck=inputs/kjv_gpt.toml
 results=bench/results
 logs=$results/logs
 runs=$results/tmp
@@ -70,26 +69,6 @@ run_peer_gpt() {
   sed -n 's/.*tokens\/s median-step=\([0-9.]*\).*/\1/p' "$log"
 }
 
-# \brief Run tessera once; print tokens/s (context x median samples/s after step 10).
-run_tessera_gpt() {
-  local ranks=$1 ob_threads=$2 coretype=$3 tag=$4
-  local out=$runs/$tag log=$logs/$tag.log
-  if ! with_coretype "$coretype" env OPENBLAS_NUM_THREADS="$ob_threads" \
-      tools/mpirun.sh -n "$ranks" "$build/tessera" train "$deck" --set "train.steps=$steps" \
-      --set train.log_every=5 --set eval.every_steps=0 --set eval.at_end=false \
-      --set checkpoint.at_end=false --set checkpoint.every_steps=0 --set schedule.warmup_steps=0 \
-      --set "run.output_dir=\"$out\"" --set run.overwrite=true >"$log" 2>&1; then
-    echo "error: tessera $tag failed; see $log" >&2
-    tail -n 5 "$log" >&2
-    return 1
-  fi
-  "$PEER_PYTHON" - "$out/metrics.csv" <<'PY'
-import csv, statistics, sys
-rows = [r for r in csv.DictReader(open(sys.argv[1])) if r['kind'] == 'train' and int(r['step']) > 10]
-print(f"{128 * statistics.median(float(r['samples_per_s']) for r in rows):.0f}")
-PY
-}
-
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for coretype in "${coretypes[@]}"; do
   echo "== peak_flops, coretype $coretype"
@@ -105,9 +84,9 @@ for ((rep = 1; rep <= reps; rep++)); do
       r=$(run_peer_gpt "$coretype" "$logs/gpt_pypi_peer_${coretype}_rep$rep.log" "$PYPI_PEER_PYTHON" 2 1)
       echo "torch_pypi_gpt,torch2,$coretype,$rep,$r" | tee -a "$csv"
     fi
-    r=$(run_tessera_gpt 1 2 "$coretype" "tessera_gpt_mpi1_ob2_${coretype}_rep$rep")
+    r=$(run_tessera_gpt 1 2 "$coretype" "tessera_gpt_mpi1_ob2_${coretype}_rep$rep" "$steps")
     echo "tessera,mpi1_ob2,$coretype,$rep,$r" | tee -a "$csv"
-    r=$(run_tessera_gpt 2 1 "$coretype" "tessera_gpt_mpi2_ob1_${coretype}_rep$rep")
+    r=$(run_tessera_gpt 2 1 "$coretype" "tessera_gpt_mpi2_ob1_${coretype}_rep$rep" "$steps")
     echo "tessera,mpi2_ob1,$coretype,$rep,$r" | tee -a "$csv"
   done
 done

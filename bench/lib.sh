@@ -101,6 +101,35 @@ have_pypi_peer() {
   [[ -x "$PYPI_PEER_PYTHON" ]] && "$PYPI_PEER_PYTHON" -c 'import torch' 2>/dev/null
 }
 
+# \brief Run Tessera's GPT deck (inputs/kjv_gpt.toml) for a timing: no evaluation, checkpoint
+# or warm-up (the peer has none), metrics every 5 steps; keep the log in bench/results/logs and
+# the run in bench/results/tmp; print tokens/s = context x the median samples/s after step 10.
+# \param $1 ranks, $2 OpenBLAS threads per rank, $3 coretype label, $4 tag (names the log and
+# run), $5 steps; the rest: more `--set k=v` arguments. BUILD_DIR (build) names the build.
+run_tessera_gpt() {
+  local ranks=$1 ob_threads=$2 coretype=$3 tag=$4 steps=$5
+  shift 5
+  local top out log
+  top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  out=$top/bench/results/tmp/$tag log=$top/bench/results/logs/$tag.log
+  mkdir -p "$(dirname "$out")" "$(dirname "$log")"
+  if ! with_coretype "$coretype" env OPENBLAS_NUM_THREADS="$ob_threads" \
+      "$top/tools/mpirun.sh" -n "$ranks" "$top/${BUILD_DIR:-build}/tessera" train "$top/inputs/kjv_gpt.toml" \
+      --set "data.path=\"$top/data/corpus.h5\"" --set "train.steps=$steps" \
+      --set train.log_every=5 --set eval.every_steps=0 --set eval.at_end=false \
+      --set checkpoint.at_end=false --set checkpoint.every_steps=0 --set schedule.warmup_steps=0 \
+      --set "run.output_dir=\"$out\"" --set run.overwrite=true "$@" >"$log" 2>&1; then
+    echo "error: tessera $tag failed; see $log" >&2
+    tail -n 5 "$log" >&2
+    return 1
+  fi
+  "$PEER_PYTHON" - "$out/metrics.csv" <<'PY'
+import csv, statistics, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r['kind'] == 'train' and int(r['step']) > 10]
+print(f"{128 * statistics.median(float(r['samples_per_s']) for r in rows):.0f}")
+PY
+}
+
 # \brief Median of numbers given as arguments.
 median() {
   printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR == 0) exit 1; if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
