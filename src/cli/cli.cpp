@@ -11,6 +11,7 @@
 #include "cli/diff.hpp"
 #include "cli/generate.hpp"
 #include "core/error.hpp"
+#include "core/version.hpp"
 #include "io/prepare_text.hpp"
 
 namespace tessera::cli {

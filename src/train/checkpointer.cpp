@@ -12,6 +12,7 @@
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/version.hpp"
 #include "io/checkpoint_file.hpp"
 
 namespace tessera {

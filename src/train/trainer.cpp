@@ -9,6 +9,7 @@
 #include "comm/agree.hpp"
 #include "core/deck.hpp"
 #include "core/error.hpp"
+#include "core/version.hpp"
 #include "core/memory.hpp"
 #include "blas/gemm.hpp"
 #include "optim/schedule.hpp"
