@@ -127,6 +127,10 @@ munge --socket="$socket" --no-input | unmunge --socket="$socket" >/dev/null ||
 
 # --- slurm.conf ---------------------------------------------------------------------------------
 host=$(hostname -s)
+# The CPUs this process may run on. GNU nproc honours OMP_NUM_THREADS, which an OpenMP build's
+# test run often sets to 1: the node would then be too small for the jobs' two tasks.
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+((cpus >= 2)) || skip "the jobs need 2 CPUs for their 2 tasks; this machine has $cpus"
 ctld_port=$(free_port)
 slurmd_port=$(free_port)
 [[ $ctld_port != "$slurmd_port" ]] || slurmd_port=$(free_port)
@@ -165,7 +169,7 @@ JobRequeue=1
 MinJobAge=300
 KillWait=5
 InactiveLimit=0
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=tessera Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
 
@@ -181,7 +185,7 @@ if ! wait_for 30 node_idle; then
   echo "--- slurmd:"; tail -n 20 "$tmp/log/slurmd.log" "$tmp/log/slurmd.out" 2>/dev/null
   skip "the node did not become idle within 30 s (sinfo: $(sinfo -h -o '%T %E' 2>&1 | head -n 1))"
 fi
-say "Slurm $(sinfo -V | cut -d' ' -f2) is up: node $host, $(nproc) CPUs, ports $ctld_port/$slurmd_port"
+say "Slurm $(sinfo -V | cut -d' ' -f2) is up: node $host, $cpus CPUs, ports $ctld_port/$slurmd_port"
 
 # --- The deck and the data ------------------------------------------------------------------------
 data=$WORK_DIR/fashion-mnist.h5
