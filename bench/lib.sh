@@ -105,16 +105,18 @@ have_pypi_peer() {
 # or warm-up (the peer has none), metrics every 5 steps; keep the log in bench/results/logs and
 # the run in bench/results/tmp; print tokens/s = context x the median samples/s after step 10.
 # \param $1 ranks, $2 OpenBLAS threads per rank, $3 coretype label, $4 tag (names the log and
-# run), $5 steps; the rest: more `--set k=v` arguments. BUILD_DIR (build) names the build.
+# run), $5 steps; the rest: more `--set k=v` arguments. BUILD_DIR (build) names the build
+# (relative to the repository or absolute).
 run_tessera_gpt() {
   local ranks=$1 ob_threads=$2 coretype=$3 tag=$4 steps=$5
   shift 5
-  local top out log
+  local top out log build=${BUILD_DIR:-build}
   top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  [[ $build == /* ]] || build=$top/$build
   out=$top/bench/results/tmp/$tag log=$top/bench/results/logs/$tag.log
   mkdir -p "$(dirname "$out")" "$(dirname "$log")"
   if ! with_coretype "$coretype" env OPENBLAS_NUM_THREADS="$ob_threads" \
-      "$top/tools/mpirun.sh" -n "$ranks" "$top/${BUILD_DIR:-build}/tessera" train "$top/inputs/kjv_gpt.toml" \
+      "$top/tools/mpirun.sh" -n "$ranks" "$build/tessera" train "$top/inputs/kjv_gpt.toml" \
       --set "data.path=\"$top/data/corpus.h5\"" --set "train.steps=$steps" \
       --set train.log_every=5 --set eval.every_steps=0 --set eval.at_end=false \
       --set checkpoint.at_end=false --set checkpoint.every_steps=0 --set schedule.warmup_steps=0 \

@@ -9,11 +9,16 @@
 # Environment: TESSERA (the binary, default build/tessera), TESSERA_REQUEUE (1: requeue on exit
 # code 4, the default; 0: just exit 4, as a link of a chain of dependent jobs does),
 # TESSERA_CHECK_LAUNCHER (empty: `tessera check` runs as one plain process on the batch node;
-# "srun -n 1" where the MPI cannot start a process that srun did not launch).
+# "srun -n 1" where the MPI cannot start a process that srun did not launch); OMP_WAIT_POLICY
+# (passive unless set).
 # shellcheck shell=bash
 
 TESSERA=${TESSERA:-build/tessera}
 TESSERA_REQUEUE=${TESSERA_REQUEUE:-1}
+# With an OpenMP Kokkos, OpenMP threads that spin between kernels take the cores from OpenBLAS's
+# own threads (the GPT at 1 rank x 2 threads: half speed; docs/performance.md); passive waiting
+# costs a Serial Kokkos nothing. The trainer's "threads:" log line says what a run had.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 tessera_job_step_pid=
 tessera_job_warned=0

@@ -89,4 +89,23 @@ void set_threads(int n) {
   openblas_set_num_threads(n);
 }
 
+BlasThreading blas_threading() {
+  const int parallel = openblas_get_parallel();
+  const auto model = parallel == OPENBLAS_OPENMP   ? BlasThreading::Model::openmp
+                     : parallel == OPENBLAS_THREAD ? BlasThreading::Model::pthreads
+                                                   : BlasThreading::Model::sequential;
+  const char* config = openblas_get_config();
+  return {config != nullptr ? std::string(config) : std::string("OpenBLAS"), model,
+          openblas_get_num_threads()};
+}
+
+const char* model_name(BlasThreading::Model m) {
+  switch (m) {
+    case BlasThreading::Model::sequential: return "sequential";
+    case BlasThreading::Model::pthreads: return "own threads";
+    case BlasThreading::Model::openmp: return "OpenMP";
+  }
+  return "?";
+}
+
 }  // namespace tessera::blas

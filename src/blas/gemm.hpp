@@ -2,6 +2,8 @@
 // Dense matrix products through the vendor BLAS: CBLAS (OpenBLAS) where Tessera's memory space
 // is host memory, cuBLAS where it is CUDA memory. The choice is made at compile time from
 // tessera::MemSpace; a device Kokkos without the CUDA wrappers is a build error.
+#include <string>
+
 #include "blas/op.hpp"
 #include "core/precision.hpp"
 #include "kernels/views.hpp"
@@ -61,5 +63,15 @@ void gemm_fp32(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float a
 /// \brief Threads OpenBLAS uses for host GEMM (n >= 1). Set it so that ranks x threads does not
 /// exceed the cores of a node.
 void set_threads(int n);
+
+/// How the linked BLAS runs its threads, as OpenBLAS reports it.
+struct BlasThreading {
+  enum class Model { sequential, pthreads, openmp };
+  std::string config;  ///< openblas_get_config(): version, target, build options
+  Model model;         ///< openblas_get_parallel(): its own thread pool or OpenMP's
+  int threads;         ///< openblas_get_num_threads()
+};
+BlasThreading blas_threading();
+const char* model_name(BlasThreading::Model m);
 
 }  // namespace tessera::blas

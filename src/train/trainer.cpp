@@ -15,6 +15,7 @@
 #include "optim/schedule.hpp"
 #include "train/pipeline.hpp"
 #include "train/stop_signal.hpp"
+#include "train/threads.hpp"
 
 namespace tessera {
 
@@ -260,6 +261,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
                         cfg_.comm.no_sync, cfg_.parallel.zero));
   out_->log(comm_.describe_backend());
+  out_->log(describe(current_thread_setup()));
   if (cfg_.train.precision != Precision::fp32)
     out_->log(fmt::format("precision: {} matrix products ({}), outputs stored in {}; master weights, "
                           "optimizer and reductions fp32{}", precision_name(cfg_.train.precision),
