@@ -41,8 +41,7 @@ runs=$results/tmp
 csv=$results/gpt_compare.csv
 md=$results/gpt_compare.md
 
-[[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS='$reps' is not a positive integer"
-[[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 20 ]] || die "STEPS='$steps': need at least 20 (10 are warm-up)"
+check_gpt_sitting "$reps" "$steps"
 [[ -x "$build/tessera" ]] || die "$build/tessera not found" "cmake -S . -B $build && cmake --build $build"
 [[ -x "$build/bench/peak_flops" ]] || die "$build/bench/peak_flops not found" "cmake --build $build --target peak_flops"
 [[ -f data/kjv.txt && -f data/corpus.h5 ]] || die "data/kjv.txt or data/corpus.h5 missing" "tools/prepare_corpus.sh"

@@ -22,8 +22,7 @@ coretype=${CORETYPE:-unset}
 read -r -a precisions <<<"${PRECISIONS:-fp32 bf16 fp16}"
 csv=bench/results/gpt_precision_$label.csv
 md=bench/results/gpt_precision_$label.md
-[[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS='$reps' is not a positive integer"
-[[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 20 ]] || die "STEPS='$steps': need at least 20 (10 are warm-up)"
+check_gpt_sitting "$reps" "$steps"
 [[ "$label" =~ ^[A-Za-z0-9_.-]+$ ]] || die "LABEL='$label': letters, digits, '.', '_' and '-' only"
 [[ -x "${BUILD_DIR:-build}/tessera" ]] || die "${BUILD_DIR:-build}/tessera not found" "tools/setup.sh"
 [[ -f data/corpus.h5 ]] || die "data/corpus.h5 missing" "tools/prepare_corpus.sh"

@@ -26,8 +26,7 @@ read -r -a builds <<<"${BUILDS:-serial=build}"
 read -r -a policies <<<"${POLICIES:-passive active}"
 csv=bench/results/gpt_threads.csv
 md=bench/results/gpt_threads.md
-[[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS='$reps' is not a positive integer"
-[[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 20 ]] || die "STEPS='$steps': need at least 20 (10 are warm-up)"
+check_gpt_sitting "$reps" "$steps"
 [[ -f data/corpus.h5 ]] || die "data/corpus.h5 missing" "tools/prepare_corpus.sh"
 for b in "${builds[@]}"; do
   [[ "$b" == *=* ]] || die "BUILDS entry '$b' is not label=build-dir[@openblas-dir]"

@@ -132,6 +132,14 @@ print(f"{128 * statistics.median(float(r['samples_per_s']) for r in rows):.0f}")
 PY
 }
 
+# \brief Check the REPS and STEPS of a sitting of run_tessera_gpt: at least one repetition, and
+# at least 20 steps, since the first 10 are not timed. Exits with an error otherwise.
+# \param $1 reps, $2 steps
+check_gpt_sitting() {
+  [[ "$1" =~ ^[1-9][0-9]*$ ]] || die "REPS='$1' is not a positive integer"
+  [[ "$2" =~ ^[0-9]+$ && "$2" -ge 20 ]] || die "STEPS='$2': need at least 20 (10 are warm-up)"
+}
+
 # \brief Median of numbers given as arguments.
 median() {
   printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR == 0) exit 1; if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
