@@ -1,0 +1,60 @@
+#include "train/memory_estimate.hpp"
+
+#include <algorithm>
+
+#include "train/data_parallel.hpp"
+#include "train/trainer.hpp"
+
+namespace tessera {
+
+MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape) {
+  // The model's real parameter layout (registered, not allocated): buckets and shards as a run
+  // would plan them.
+  nn::ParamStore<float> store;
+  make_network(store, cfg, shape);
+  const int zero = cfg.parallel.zero;
+  store.plan(zero >= 1 ? cfg.parallel.data : 1, DataParallel::bucket_elements(cfg));
+  std::size_t largest = 0;
+  for (const auto& b : store.buckets()) largest = std::max(largest, b.length);
+  const auto full = static_cast<double>(store.size()), shard = static_cast<double>(store.shard_size()),
+             bucket = static_cast<double>(largest);
+  const int states = cfg.optimizer.kind == OptimizerKind::adamw ? 2 : (cfg.optimizer.momentum > 0 ? 1 : 0);
+
+  MemoryEstimate e;
+  e.parameter_count = store.parameter_count();
+  e.buckets = store.buckets().size();
+  // zero 3 holds its shard and one gathered bucket; zero 2 its gradient shard and the buckets
+  // between backward and the end of their exchange (about two); zero 1 both gradient buffers.
+  e.parameters = 4.0 * (zero >= 3 ? std::min(full, shard + bucket) : full);
+  e.gradients = 4.0 * (zero >= 2 ? std::min(full + shard, shard + 2 * bucket) : zero == 1 ? full + shard : full);
+  e.optimizer = 4.0 * states * (zero >= 1 ? shard : full);
+  const bool accumulate = zero >= 1 && cfg.parallel.micro_batches > 1 && (zero >= 2 || !cfg.comm.no_sync);
+  e.comm = accumulate ? 4.0 * shard : 0.0;
+
+  e.micro_batch = micro_batch_rows(cfg);
+  const auto rows = static_cast<double>(std::max<std::int64_t>(e.micro_batch, cfg.eval.batch));
+  double act = 0;
+  if (cfg.model.kind == ModelKind::gpt) {
+    // Per token of a micro-batch in flight, per block: ln_1, x1, ln_2 and the block's output (C
+    // each), qkv (3C/tp), y (C/tp), fc and gelu (4C/tp each), the attention probabilities
+    // (heads/tp x T), four row statistics; the head's logits and their gradient (2V/tp) and
+    // ln_f. Recomputation keeps the block outputs only, plus one block's set shared by all.
+    const std::int64_t C = cfg.model.width, T = cfg.model.context, tp = cfg.parallel.tensor;
+    const std::int64_t L = cfg.model.layers / cfg.parallel.pipeline + (cfg.model.layers % cfg.parallel.pipeline ? 1 : 0);
+    const double block = static_cast<double>(3 * C + 12 * C / tp + cfg.model.heads / tp * T + 4);
+    const double per_token = static_cast<double>(L * C) + (cfg.train.recompute ? 0.0 : static_cast<double>(L) * block);
+    const double tokens = rows * static_cast<double>(T);
+    act = tokens * (per_token + static_cast<double>(2 * shape.outputs / tp + C)) +
+          (cfg.train.recompute ? tokens * block : 0.0);
+  } else {
+    // Each hidden layer keeps its output before and after the activation and its gradient; the
+    // output layer its logits and their gradient; the input batch is staged once.
+    for (int h : cfg.model.hidden) act += 3.0 * h;
+    act = rows * (act + 2.0 * static_cast<double>(shape.outputs));
+  }
+  e.activations = 4.0 * act;
+  e.data = 4.0 * static_cast<double>(e.micro_batch) * static_cast<double>(shape.in_features);
+  return e;
+}
+
+}  // namespace tessera
