@@ -8,7 +8,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "comm/agree.hpp"
 #include "comm/mpi_check.hpp"
+#include "core/error.hpp"
 
 namespace tessera::io {
 
@@ -56,6 +58,7 @@ Column open_column(hid_t file, const std::string& name) {
   c.dataset = h5::Dataset(TESSERA_H5(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
   c.file_space = h5::Dataspace(TESSERA_H5(H5Dget_space(c.dataset)));
   c.dims = h5::dims(c.dataset);
+  h5::check_storage(c.dataset, name);
   return c;
 }
 
@@ -125,10 +128,13 @@ std::optional<Found> first_found(MPI_Comm comm, std::optional<Found> mine) {
   return first;
 }
 
-h5::PropList read_transfer() {
-  h5::PropList xfer = h5::collective_transfer();
-  TESSERA_H5(H5Pset_dxpl_mpio_collective_opt(xfer, H5FD_MPIO_INDIVIDUAL_IO));
-  return xfer;
+h5::File open_agreed(MPI_Comm comm, const std::string& path) {
+  agree(comm, [&] {
+    if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
+  });
+  return h5::open_parallel(comm, path);
 }
+
+h5::PropList read_transfer() { return h5::independent_transfer(); }
 
 }  // namespace tessera::io

@@ -51,7 +51,8 @@ struct Column {
 };
 
 /// \brief Opens dataset name (which must exist) and records its shape; the caller sets mem_type
-/// and row_bytes.
+/// and row_bytes. Fails (h5::fail_with) where the dataset does not store what its shape declares
+/// (h5::check_storage) or its size in bytes would not fit in 63 bits.
 Column open_column(hid_t file, const std::string& name);
 /// \brief Elements per row: the product of dims without the first.
 std::size_t row_elements(const std::vector<hsize_t>& dims);
@@ -78,10 +79,15 @@ struct Found {
 /// Collective: every rank of comm calls it.
 std::optional<Found> first_found(MPI_Comm comm, std::optional<Found> mine);
 
-/// \brief The transfer list of the dataset readers: collective calls, each rank's own MPI-IO
-/// read underneath. A batch's scattered rows gain nothing from two-phase aggregation, and Open
-/// MPI 4.1.4's OMPIO returns zeros for some rows of collective reads with data sieving on
-/// (open-mpi/ompi#10546; tests/mpi caught it).
+/// \brief Opens the file at path read-only on every rank of comm, after every rank has checked
+/// it exists and is HDF5 (else every rank throws the same InputError naming it).
+h5::File open_agreed(MPI_Comm comm, const std::string& path);
+
+/// \brief The transfer list of the dataset readers: independent reads, each rank its own MPI-IO
+/// read. A batch's scattered rows gain nothing from two-phase aggregation, Open MPI 4.1.4's OMPIO
+/// returns zeros for some rows of collective reads with data sieving on (open-mpi/ompi#10546;
+/// tests/mpi caught it), and a read that fails on one rank (a damaged chunk) must not leave the
+/// others inside a collective: the readers agree on the outcome after each read (comm/agree.hpp).
 h5::PropList read_transfer();
 
 }  // namespace tessera::io

@@ -1,6 +1,7 @@
 #include "io/dataset.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -20,12 +21,23 @@ namespace tessera::io {
 
 namespace {
 
+// Classes of a supervised split: the model's outputs and the labels' range. Labels reach the loss
+// as int32, and 2^24 keeps every class index an exact float32 too.
+constexpr std::int64_t kMaxClasses = std::int64_t{1} << 24;
+// Labels each rank reads per round while scanning a split at open.
+constexpr std::int64_t kScanRows = std::int64_t{1} << 20;
+
 float numeric_attr(hid_t obj, const std::string& where, const char* name, float fallback) {
   std::optional<Attr> value = h5::find_attr(obj, name);
   if (!value) return fallback;
-  if (const auto* d = std::get_if<double>(&*value)) return static_cast<float>(*d);
-  if (const auto* i = std::get_if<std::int64_t>(&*value)) return static_cast<float>(*i);
-  throw InputError(fmt::format("{}: attribute {} is a string, expected a number", where, name));
+  double number = 0.0;
+  if (const auto* d = std::get_if<double>(&*value)) number = *d;
+  else if (const auto* i = std::get_if<std::int64_t>(&*value)) number = static_cast<double>(*i);
+  else throw InputError(fmt::format("{}: attribute {} is a string, expected a number", where, name));
+  if (!std::isfinite(number) || std::abs(number) > std::numeric_limits<float>::max())
+    throw InputError(fmt::format("{}: attribute {} is {}, expected a finite float32 number", where,
+                                 name, to_string(*value)));
+  return static_cast<float>(number);
 }
 
 }  // namespace
@@ -48,6 +60,8 @@ struct SupervisedSplit::Impl {
   void open_inputs();
   void open_answers();
   void scan_labels();
+  void fill_caches(std::uint64_t cache_limit);
+  void check_rows(const Column& c, std::span<const std::int64_t> which, const std::uint8_t* raw) const;
   void plan(std::span<const std::int64_t> indices);
   const std::uint8_t* row(const Column& c, std::size_t position, std::int64_t index) const {
     return cached ? c.cache.data() + static_cast<std::size_t>(index) * c.row_bytes
@@ -86,6 +100,10 @@ void SupervisedSplit::Impl::open_inputs() {
   }
   info.scale = numeric_attr(inputs.dataset, where(name), "scale", 1.0f);
   info.offset = numeric_attr(inputs.dataset, where(name), "offset", 0.0f);
+  if (is_uint8(type) && !std::isfinite(255.0f * info.scale + info.offset))
+    throw InputError(fmt::format("{}: attributes scale = {} and offset = {} map stored bytes beyond "
+                                 "float32 (255 x scale + offset is not finite)", where(name),
+                                 info.scale, info.offset));
 }
 
 void SupervisedSplit::Impl::open_answers() {
@@ -116,9 +134,9 @@ void SupervisedSplit::Impl::open_answers() {
     load_label = integer->load;
     if (std::optional<Attr> classes = h5::find_attr(answers.dataset, "classes")) {
       const auto* value = std::get_if<std::int64_t>(&*classes);
-      if (value == nullptr || *value <= 0) {
-        throw InputError(fmt::format("{}: attribute classes is {}, expected a positive integer",
-                                     where(name), to_string(*classes)));
+      if (value == nullptr || *value <= 0 || *value > kMaxClasses) {
+        throw InputError(fmt::format("{}: attribute classes is {}, expected an integer from 1 to {}",
+                                     where(name), to_string(*classes), kMaxClasses));
       }
       info.classes = *value;
     }
@@ -137,35 +155,102 @@ void SupervisedSplit::Impl::open_answers() {
   }
 }
 
-// Collective: each rank reads a slice of the labels; every rank learns classes (if no attribute
-// gave it) and throws the same InputError if any label is outside [0, classes).
+// Collective: each rank reads a slice of the labels in rounds of at most kScanRows (the same
+// number of rounds on every rank); every rank learns classes (if no attribute gave it) and
+// throws the same InputError if any label is outside [0, classes) or classes exceeds kMaxClasses.
 void SupervisedSplit::Impl::scan_labels() {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
   const std::int64_t n = info.samples;
   const std::int64_t first = n * rank / size, last = n * (rank + 1) / size;
-  select_range(answers, first, last - first);
-  read_selected(answers, static_cast<std::size_t>(last - first), xfer);
-
+  const std::int64_t rounds = ((n + size - 1) / size + kScanRows - 1) / kScanRows;
   const bool from_attr = info.classes > 0;
-  if (!from_attr) {
-    std::int64_t local_max = std::numeric_limits<std::int64_t>::min();
-    for (std::int64_t k = 0; k < last - first; ++k)
-      local_max = std::max(local_max, load_label(answers.buffer.data(), static_cast<std::size_t>(k)));
-    MPI_CHECK(MPI_Allreduce(&local_max, &info.classes, 1, MPI_INT64_T, MPI_MAX, comm));
-    info.classes = std::max<std::int64_t>(info.classes + 1, 1);
-  }
+  std::int64_t local_max = std::numeric_limits<std::int64_t>::min();
   std::optional<Found> bad;
-  for (std::int64_t k = 0; k < last - first && !bad; ++k) {
-    std::int64_t label = load_label(answers.buffer.data(), static_cast<std::size_t>(k));
-    if (label < 0 || label >= info.classes) bad = Found{first + k, label};
+  for (std::int64_t r = 0; r < rounds; ++r) {
+    const std::int64_t begin = std::min(last, first + r * kScanRows);
+    const std::int64_t count = std::min(kScanRows, last - begin);
+    agree(comm, [&] {
+      select_range(answers, begin, count);
+      read_selected(answers, static_cast<std::size_t>(count), xfer);
+    });
+    for (std::int64_t k = 0; k < count; ++k) {
+      const std::int64_t label = load_label(answers.buffer.data(), static_cast<std::size_t>(k));
+      local_max = std::max(local_max, label);
+      if (!bad && (label < 0 || (from_attr && label >= info.classes))) bad = Found{begin + k, label};
+    }
+  }
+  answers.buffer = {};
+  if (!from_attr) {
+    MPI_CHECK(MPI_Allreduce(&local_max, &info.classes, 1, MPI_INT64_T, MPI_MAX, comm));
+    if (info.classes >= kMaxClasses)
+      throw InputError(fmt::format("{}: the largest label is {}, so the model would need {} outputs; "
+                                   "at most {} classes are allowed (labels 0 to {})",
+                                   where(answers.name), info.classes, info.classes + 1., kMaxClasses,
+                                   kMaxClasses - 1));
+    info.classes = std::max<std::int64_t>(info.classes + 1, 1);
   }
   bad = first_found(comm, bad);
   if (!bad) return;
   throw InputError(fmt::format("{}: sample {} has label {}, expected 0 <= label < {}{}",
                                where(answers.name), bad->position, bad->value, info.classes,
                                from_attr ? " (attribute classes)" : ""));
+}
+
+// Collective: reads every row of inputs and answers into this rank's memory, once it is clear
+// they fit in cache_limit bytes, and checks them.
+void SupervisedSplit::Impl::fill_caches(std::uint64_t cache_limit) {
+  const std::uint64_t bytes = h5::declared_bytes(inputs.dataset) + h5::declared_bytes(answers.dataset);
+  if (bytes > cache_limit)
+    throw InputError(fmt::format("{}: caching split /{} takes {:.3g} GB on every rank, more than the "
+                                 "{:.3g} GB each rank of this node may use; set data.cache = false "
+                                 "(rows are then read as batches need them)", info.file, info.split,
+                                 static_cast<double>(bytes) / 1e9, static_cast<double>(cache_limit) / 1e9));
+  agree(comm, [&] {
+    fill_cache(inputs, xfer);
+    fill_cache(answers, xfer);
+  });
+  // Each rank checks a share of the rows.
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  const std::int64_t first = info.samples * rank / size, last = info.samples * (rank + 1) / size;
+  std::vector<std::int64_t> share(static_cast<std::size_t>(last - first));
+  std::iota(share.begin(), share.end(), first);
+  agree(comm, [&] {
+    for (const Column* c : {&inputs, &answers})
+      check_rows(*c, share, c->cache.data() + static_cast<std::size_t>(first) * c->row_bytes);
+  });
+}
+
+// Local: throws InputError at the first bad value among `rows` of a column, held one after
+// another at raw: a label outside [0, classes), or a float (inputs: after x*scale + offset) that
+// is not finite.
+void SupervisedSplit::Impl::check_rows(const Column& c, std::span<const std::int64_t> which,
+                                       const std::uint8_t* raw) const {
+  if (&c == &answers && info.has_labels) {
+    for (std::size_t i = 0; i < which.size(); ++i) {
+      const std::int64_t label = load_label(raw, i);
+      if (label < 0 || label >= info.classes)
+        throw InputError(fmt::format("{}: sample {} has label {}, expected 0 <= label < {} (the "
+                                     "file changed after it was opened)", where(c.name), which[i],
+                                     label, info.classes));
+    }
+    return;
+  }
+  if (c.mem_type != H5T_NATIVE_FLOAT) return;
+  const bool mapped = &c == &inputs;
+  const std::size_t elems = c.row_elems();
+  for (std::size_t i = 0; i < which.size(); ++i)
+    for (std::size_t k = 0; k < elems; ++k) {
+      float v;
+      std::memcpy(&v, raw + i * c.row_bytes + k * sizeof(float), sizeof v);
+      if (std::isfinite(mapped ? v * info.scale + info.offset : v)) continue;
+      throw InputError(fmt::format("{}: sample {} holds {} at element {}{}, expected finite values",
+                                   where(c.name), which[i], v, k,
+                                   mapped && std::isfinite(v) ? " (not finite after x*scale + offset)" : ""));
+    }
 }
 
 void SupervisedSplit::Impl::plan(std::span<const std::int64_t> indices) {
@@ -189,27 +274,22 @@ void SupervisedSplit::Impl::plan(std::span<const std::int64_t> indices) {
 }
 
 SupervisedSplit::SupervisedSplit(MPI_Comm comm, const std::string& path, const std::string& split,
-                                 bool cache)
+                                 bool cache, std::uint64_t cache_limit)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.comm = comm;
   s.info.file = path;
   s.info.split = split;
   s.cached = cache;
-  agree(comm, [&] {
-    if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
-  });
-  s.file = h5::open_parallel(comm, path);
+  const h5::InputScope scope(path);
+  s.file = open_agreed(comm, path);
   s.xfer = read_transfer();
   agree(comm, [&] {
     s.open_inputs();
     s.open_answers();
   });
   if (s.info.has_labels) s.scan_labels();
-  if (cache) {
-    fill_cache(s.inputs, s.xfer);
-    fill_cache(s.answers, s.xfer);
-  }
+  if (cache) s.fill_caches(cache_limit);
 }
 
 SupervisedSplit::~SupervisedSplit() = default;
@@ -227,12 +307,17 @@ void SupervisedSplit::read(std::span<const std::int64_t> indices, float* inputs,
   }
   s.plan(indices);
 
-  // Fetch the unique rows, in increasing order, collectively.
+  // Fetch the unique rows, in increasing order, and check them; every rank learns of any rank's
+  // failure (a damaged chunk, a non-finite value).
   if (!s.cached) {
-    for (Column* c : {&s.inputs, &s.answers}) {
-      select_rows(*c, s.rows);
-      read_selected(*c, s.rows.size(), s.xfer);
-    }
+    const h5::InputScope scope(s.info.file);
+    agree(s.comm, [&] {
+      for (Column* c : {&s.inputs, &s.answers}) {
+        select_rows(*c, s.rows);
+        read_selected(*c, s.rows.size(), s.xfer);
+        s.check_rows(*c, s.rows, c->buffer.data());
+      }
+    });
   }
 
   // Scatter to the caller's order, mapping inputs to x*scale + offset.
@@ -250,14 +335,7 @@ void SupervisedSplit::read(std::span<const std::int64_t> indices, float* inputs,
     }
     const std::uint8_t* answer = s.row(s.answers, i, indices[i]);
     if (s.info.has_labels) {
-      std::int64_t label = s.load_label(answer, 0);
-      if (label < 0 || label >= s.info.classes) {
-        // Checked when the split was opened: the file changed underneath us.
-        throw std::runtime_error(fmt::format("{}: sample {} has label {}, expected < {}",
-                                             s.where(s.answers.name), indices[i], label,
-                                             s.info.classes));
-      }
-      labels[i] = static_cast<std::int32_t>(label);
+      labels[i] = static_cast<std::int32_t>(s.load_label(answer, 0));  // checked: check_rows
     } else {
       std::memcpy(targets + i * static_cast<std::size_t>(s.info.target_width), answer,
                   s.answers.row_bytes);
@@ -266,13 +344,11 @@ void SupervisedSplit::read(std::span<const std::int64_t> indices, float* inputs,
 }
 
 std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const std::string& split,
-                                  std::int64_t context, bool cache) {
-  agree(comm, [&] {
-    if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
-  });
+                                  std::int64_t context, bool cache, std::uint64_t cache_limit) {
+  const h5::InputScope scope(path);
   bool tokens = false;
   {
-    const h5::File file = h5::open_parallel(comm, path);
+    const h5::File file = open_agreed(comm, path);
     agree(comm, [&] {
       const std::string group = "/" + split;
       tokens = h5::is_dataset(file, group + "/tokens");
@@ -284,8 +360,8 @@ std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const 
           group, group, group, group));
     });
   }
-  if (tokens) return std::make_unique<TokenSplit>(comm, path, split, context, cache);
-  return std::make_unique<SupervisedSplit>(comm, path, split, cache);
+  if (tokens) return std::make_unique<TokenSplit>(comm, path, split, context, cache, cache_limit);
+  return std::make_unique<SupervisedSplit>(comm, path, split, cache, cache_limit);
 }
 
 }  // namespace tessera::io

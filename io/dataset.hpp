@@ -42,6 +42,9 @@ class Split {
                     float* targets) = 0;
 };
 
+/// No limit on the bytes a split's cache may take.
+inline constexpr std::uint64_t kNoCacheLimit = ~std::uint64_t{0};
+
 /// \brief One split (`/train`, `/test`) of a supervised dataset file, open for reading rows.
 class SupervisedSplit final : public Split {
  public:
@@ -49,9 +52,14 @@ class SupervisedSplit final : public Split {
   /// float32 of rank >= 2; exactly one of `labels` (integer, rank 1) and `targets` (float32,
   /// rank >= 1); the same N > 0 rows in each; every label in [0, classes). Must be called on every
   /// rank of comm; on bad input every rank throws the same InputError naming file and dataset.
+  /// Any HDF5 failure (a damaged or truncated file) is such an InputError, also in read(), where
+  /// every float read is checked to be finite and every label to be in range.
   /// \param cache read the whole split into this rank's memory now (collectively); read() then
   /// serves rows from memory.
-  SupervisedSplit(MPI_Comm comm, const std::string& path, const std::string& split, bool cache);
+  /// \param cache_limit the most bytes the cache may take on this rank; a larger split is an
+  /// InputError that suggests data.cache = false.
+  SupervisedSplit(MPI_Comm comm, const std::string& path, const std::string& split, bool cache,
+                  std::uint64_t cache_limit = kNoCacheLimit);
   ~SupervisedSplit();
   SupervisedSplit(SupervisedSplit&&) noexcept;
   SupervisedSplit& operator=(SupervisedSplit&&) noexcept;
@@ -72,6 +80,7 @@ class SupervisedSplit final : public Split {
 /// group or dataset: a missing file or group, or a group with neither `inputs` nor `tokens`, says
 /// what each layout expects.
 std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const std::string& split,
-                                  std::int64_t context, bool cache);
+                                  std::int64_t context, bool cache,
+                                  std::uint64_t cache_limit = kNoCacheLimit);
 
 }  // namespace tessera::io

@@ -1,11 +1,15 @@
 #include "io/h5.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
 
 namespace tessera::io::h5 {
 
@@ -43,6 +47,23 @@ H5I_type_t object_kind(hid_t loc, const std::string& path) {
   return H5Iget_type(obj);
 }
 
+// The InputScopes alive on this thread, innermost last.
+struct Scope {
+  std::string file, object;
+  InputScope::Access access;
+};
+thread_local std::vector<Scope> scopes;
+
+// "FILE: OBJECT: " for the innermost scope naming each.
+std::string scope_prefix() {
+  std::string file, object;
+  for (const Scope& s : scopes) {
+    file = s.file;
+    if (!s.object.empty()) object = s.object;
+  }
+  return object.empty() ? file + ": " : file + ": " + object + ": ";
+}
+
 Attribute open_attr(hid_t obj, const std::string& name) {
   return Attribute(TESSERA_H5(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
 }
@@ -73,7 +94,8 @@ std::string read_string_attr(hid_t attr, hid_t file_type) {
     H5free_memory(raw);
     return value;
   }
-  std::size_t size = H5Tget_size(file_type);
+  const std::size_t size = H5Tget_size(file_type);
+  if (size == 0 || size > (std::size_t{1} << 24)) fail_with(fmt::format("a string attribute of {} bytes", size));
   std::string value(size, '\0');
   TESSERA_H5(H5Aread(attr, file_type, value.data()));
   value.resize(std::min(value.find('\0'), value.size()));
@@ -110,8 +132,38 @@ void fail(const char* expr, const char* file, int line) {
   H5Eclear2(H5E_DEFAULT);
   std::string why = text.outer;
   if (!text.inner.empty() && text.inner != text.outer) why += " (" + text.inner + ")";
-  throw std::runtime_error(fmt::format("HDF5 call {} failed at {}:{}: {}", expr, file, line,
-                                       why.empty() ? "no HDF5 error message" : why));
+  if (why.empty()) why = "no HDF5 error message";
+  if (!scopes.empty()) {
+    const bool writing = scopes.back().access == InputScope::Access::write;
+    throw InputError(fmt::format("{}cannot be {} (HDF5: {}){}", scope_prefix(),
+                                 writing ? "written" : "read", why,
+                                 writing ? "; check the file system (space, permissions)"
+                                         : "; the file is damaged, truncated or not what Tessera expects"));
+  }
+  throw std::runtime_error(fmt::format("HDF5 call {} failed at {}:{}: {}", expr, file, line, why));
+}
+
+void fail_with(const std::string& what) {
+  H5Eclear2(H5E_DEFAULT);
+  if (!scopes.empty()) throw InputError(scope_prefix() + what);
+  throw std::runtime_error(what);
+}
+
+InputScope::InputScope(std::string file, std::string object, Access access) {
+  scopes.push_back({std::move(file), std::move(object), access});
+}
+
+InputScope::~InputScope() { scopes.pop_back(); }
+
+void File::close() {
+  if (id_ >= 0) TESSERA_H5(H5Fclose(std::exchange(id_, H5I_INVALID_HID)));
+}
+
+void File::reset() noexcept {
+  if (id_ < 0) return;
+  const hid_t id = std::exchange(id_, H5I_INVALID_HID);
+  if (collective_ && std::uncaught_exceptions() > exceptions_) return;  // see the class comment
+  H5Fclose(id);
 }
 
 void silence_errors() {
@@ -135,16 +187,37 @@ PropList collective_transfer() {
   return dxpl;
 }
 
+PropList independent_transfer() {
+  PropList dxpl(TESSERA_H5(H5Pcreate(H5P_DATASET_XFER)));
+  TESSERA_H5(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT));
+  return dxpl;
+}
+
+namespace {
+
+bool several_ranks(MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  return size > 1;
+}
+
+}  // namespace
+
+void use_checksummed_format(hid_t fapl) {
+  TESSERA_H5(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110));
+}
+
 File open_parallel(MPI_Comm comm, const std::string& path) {
   silence_errors();
   PropList fapl = mpio_access(comm);
-  return File(TESSERA_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl)));
+  return File(TESSERA_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl)), several_ranks(comm));
 }
 
 File create_parallel(MPI_Comm comm, const std::string& path) {
   silence_errors();
   PropList fapl = mpio_access(comm);
-  return File(TESSERA_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl)));
+  use_checksummed_format(fapl);
+  return File(TESSERA_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl)), several_ranks(comm));
 }
 
 File open_serial(const std::string& path) {
@@ -154,7 +227,9 @@ File open_serial(const std::string& path) {
 
 File create_serial(const std::string& path) {
   silence_errors();
-  return File(TESSERA_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)));
+  PropList fapl(TESSERA_H5(H5Pcreate(H5P_FILE_ACCESS)));
+  use_checksummed_format(fapl);
+  return File(TESSERA_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl)));
 }
 
 std::optional<std::string> describe_unreadable(const std::string& path) {
@@ -174,9 +249,19 @@ std::optional<std::string> describe_unreadable(const std::string& path) {
 
 bool exists(hid_t loc, const std::string& path) {
   std::string prefix = path.starts_with('/') ? "/" : "";
-  for (const std::string& part : split_path(path)) {
-    prefix += part;
+  const std::vector<std::string> parts = split_path(path);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    prefix += parts[i];
     if (TESSERA_H5(H5Lexists(loc, prefix.c_str(), H5P_DEFAULT)) <= 0) return false;
+    // The link is there; its target need not be (a soft link to nothing, an external link to a
+    // missing file).
+    const htri_t target = H5Oexists_by_name(loc, prefix.c_str(), H5P_DEFAULT);
+    if (target <= 0) fail_with(fmt::format("{} is a link to an object that does not exist (a "
+                                           "dangling soft or external link)", prefix));
+    if (i + 1 < parts.size()) {
+      Object obj(TESSERA_H5(H5Oopen(loc, prefix.c_str(), H5P_DEFAULT)));
+      if (H5Iget_type(obj) != H5I_GROUP) return false;
+    }
     prefix += '/';
   }
   return true;
@@ -206,6 +291,45 @@ std::vector<hsize_t> dims(hid_t dataset) {
   std::vector<hsize_t> out(static_cast<std::size_t>(rank));
   TESSERA_H5(H5Sget_simple_extent_dims(space, out.data(), nullptr));
   return out;
+}
+
+std::uint64_t declared_bytes(hid_t dataset) {
+  Datatype type(TESSERA_H5(H5Dget_type(dataset)));
+  std::uint64_t bytes = H5Tget_size(type);
+  for (const hsize_t d : dims(dataset))
+    if (__builtin_mul_overflow(bytes, d, &bytes) || bytes > (std::uint64_t{1} << 62))
+      fail_with(fmt::format("its shape [{}] declares more than 2^62 bytes", fmt::join(dims(dataset), ",")));
+  return bytes;
+}
+
+void check_storage(hid_t dataset, const std::string& name) {
+  const std::uint64_t declared = declared_bytes(dataset);
+  if (declared == 0) return;
+  PropList dcpl(TESSERA_H5(H5Dget_create_plist(dataset)));
+  const H5D_layout_t layout = H5Pget_layout(dcpl);
+  if (layout == H5D_CONTIGUOUS) {
+    const hsize_t stored = H5Dget_storage_size(dataset);
+    if (stored != declared)
+      fail_with(fmt::format("dataset {} stores {} bytes of the {} its shape [{}] declares (damaged, "
+                            "or written only in part)", name, stored, declared,
+                            fmt::join(dims(dataset), ",")));
+  } else if (layout == H5D_CHUNKED) {
+    const std::vector<hsize_t> extent = dims(dataset);
+    std::vector<hsize_t> chunk(extent.size());
+    TESSERA_H5(H5Pget_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()));
+    hsize_t expected = 1;
+    for (std::size_t d = 0; d < extent.size(); ++d) {
+      if (chunk[d] == 0) fail_with(fmt::format("dataset {} has a chunk dimension of 0", name));
+      expected *= (extent[d] + chunk[d] - 1) / chunk[d];
+    }
+    hsize_t stored = 0;
+    Dataspace space(TESSERA_H5(H5Dget_space(dataset)));
+    TESSERA_H5(H5Dget_num_chunks(dataset, space, &stored));
+    if (stored != expected)
+      fail_with(fmt::format("dataset {} stores {} of the {} chunks its shape [{}] declares "
+                            "(damaged, or written only in part)", name, stored, expected,
+                            fmt::join(extent, ",")));
+  }
 }
 
 std::vector<std::string> list_datasets(hid_t file, const std::string& group) {
@@ -257,7 +381,8 @@ Attr read_attr(hid_t obj, const std::string& name) {
   Attribute attr = open_attr(obj, name);
   Dataspace space(TESSERA_H5(H5Aget_space(attr)));
   if (TESSERA_H5(H5Sget_simple_extent_npoints(space)) != 1) {
-    throw std::runtime_error(fmt::format("attribute {} is not a scalar", name));
+    fail_with(fmt::format("attribute {} holds {} values, expected one (a scalar)", name,
+                          H5Sget_simple_extent_npoints(space)));
   }
   Datatype type(TESSERA_H5(H5Aget_type(attr)));
   switch (H5Tget_class(type)) {
@@ -274,8 +399,8 @@ Attr read_attr(hid_t obj, const std::string& name) {
     case H5T_STRING:
       return read_string_attr(attr, type);
     default:
-      throw std::runtime_error(fmt::format(
-          "attribute {} has type {}, expected an integer, float or string", name, type_name(type)));
+      fail_with(fmt::format("attribute {} has type {}, expected an integer, float or string", name,
+                            type_name(type)));
   }
 }
 

@@ -115,8 +115,10 @@ void TokenSplit::Impl::check_tokens() {
     for (std::int64_t r = 0; r < rounds; ++r) {
       const std::int64_t begin = std::min(last, first + r * kCheckChunk);
       const std::int64_t count = std::min(kCheckChunk, last - begin);
-      select_range(tokens, begin, count);
-      read_selected(tokens, static_cast<std::size_t>(count), xfer);
+      agree(comm, [&] {
+        select_range(tokens, begin, count);
+        read_selected(tokens, static_cast<std::size_t>(count), xfer);
+      });
       if (!bad) bad = find_bad(tokens.buffer.data(), begin, count);
     }
     tokens.buffer = {};
@@ -165,7 +167,7 @@ void TokenSplit::Impl::plan(std::span<const std::int64_t> indices) {
 }
 
 TokenSplit::TokenSplit(MPI_Comm comm, const std::string& path, const std::string& split,
-                       std::int64_t context, bool cache)
+                       std::int64_t context, bool cache, std::uint64_t cache_limit)
     : impl_(std::make_unique<Impl>()) {
   if (context < 1)
     throw std::invalid_argument(fmt::format("TokenSplit: context {} must be at least 1", context));
@@ -175,13 +177,19 @@ TokenSplit::TokenSplit(MPI_Comm comm, const std::string& path, const std::string
   s.info.split = split;
   s.context = context;
   s.cached = cache;
-  agree(comm, [&] {
-    if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
-  });
-  s.file = h5::open_parallel(comm, path);
+  const h5::InputScope scope(path);
+  s.file = open_agreed(comm, path);
   s.xfer = read_transfer();
   agree(comm, [&] { s.open(); });
-  if (cache) fill_cache(s.tokens, s.xfer);
+  if (cache) {
+    const std::uint64_t bytes = h5::declared_bytes(s.tokens.dataset);
+    if (bytes > cache_limit)
+      throw InputError(fmt::format("{}: caching split /{} takes {:.3g} GB on every rank, more than "
+                                   "the {:.3g} GB each rank of this node may use; set data.cache = "
+                                   "false (windows are then read as batches need them)", path, split,
+                                   static_cast<double>(bytes) / 1e9, static_cast<double>(cache_limit) / 1e9));
+    agree(comm, [&] { fill_cache(s.tokens, s.xfer); });
+  }
   s.check_tokens();
 
   s.info.samples = (s.tokens.rows() - 1) / context;
@@ -207,10 +215,18 @@ void TokenSplit::read(std::span<const std::int64_t> indices, float* inputs, std:
     throw std::invalid_argument("TokenSplit::read: null output buffer");
   s.plan(indices);
 
-  // Fetch the merged windows, in increasing order, collectively.
+  // Fetch the merged windows, in increasing order, and check them; every rank learns of any
+  // rank's failure (a damaged chunk, a token out of range).
   if (!s.cached) {
-    select_ranges(s.tokens, s.ranges);
-    read_selected(s.tokens, static_cast<std::size_t>(s.planned), s.xfer);
+    const h5::InputScope scope(s.info.file);
+    agree(s.comm, [&] {
+      select_ranges(s.tokens, s.ranges);
+      read_selected(s.tokens, static_cast<std::size_t>(s.planned), s.xfer);
+      if (const auto bad = s.find_bad(s.tokens.buffer.data(), 0, s.planned))
+        throw InputError(fmt::format("{} has token {} where it was read for a batch, expected 0 <= "
+                                     "token < vocab_size = {} (the file changed after it was opened)",
+                                     s.where(), bad->value, s.vocab));
+    });
   }
 
   // Scatter to the caller's order: position j's input is token j of the window, its label token
@@ -219,16 +235,7 @@ void TokenSplit::read(std::span<const std::int64_t> indices, float* inputs, std:
   const auto context = static_cast<std::size_t>(s.context);
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t first = s.cached ? static_cast<std::size_t>(indices[i]) * context : s.start[i];
-    const auto token = [&](std::size_t j) {
-      const std::int64_t t = s.load(raw, first + j);
-      if (t < 0 || t >= s.vocab) {
-        // Checked when the split was opened: the file changed underneath us.
-        throw std::runtime_error(fmt::format("{}: token {} at position {} is outside [0, {})",
-                                             s.where(), t, indices[i] * s.context +
-                                             static_cast<std::int64_t>(j), s.vocab));
-      }
-      return t;
-    };
+    const auto token = [&](std::size_t j) { return s.load(raw, first + j); };  // checked above
     float* x = inputs + i * context;
     std::int32_t* y = labels + i * context;
     std::int64_t current = token(0);

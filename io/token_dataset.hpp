@@ -33,8 +33,9 @@ class TokenSplit final : public Split {
   /// \param cache read all the tokens into this rank's memory now (collectively, N times the
   /// stored element size); read() then serves windows from memory. Otherwise read() reads the
   /// windows it needs from the file, collectively.
+  /// \param cache_limit the most bytes the cache may take on this rank (as SupervisedSplit)
   TokenSplit(MPI_Comm comm, const std::string& path, const std::string& split, std::int64_t context,
-             bool cache);
+             bool cache, std::uint64_t cache_limit = kNoCacheLimit);
   ~TokenSplit() override;
   TokenSplit(TokenSplit&&) noexcept;
   TokenSplit& operator=(TokenSplit&&) noexcept;

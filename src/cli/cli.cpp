@@ -3,13 +3,18 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include "cli/bench_comm.hpp"
 #include "cli/commands.hpp"
 #include "cli/diff.hpp"
 #include "cli/generate.hpp"
+#include "comm/mpi_check.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
 #include "io/prepare_text.hpp"
@@ -18,8 +23,48 @@ namespace tessera::cli {
 
 namespace {
 
-int fail(const std::string& message, ExitCode code) {
-  if (world_rank() == 0) std::fprintf(stderr, "tessera: error: %s\n", message.c_str());
+// How long the ranks that reached an error wait for the others before aborting the job.
+constexpr double kErrorAgreementSeconds = 10.0;
+
+// The message on one line: control characters (a deck value holding a newline, bytes of a
+// damaged file) are written as escapes.
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out;
+}
+
+// True once every rank of comm has called it, false if they have not all come within
+// `seconds`: then some rank is elsewhere (in a collective this rank left by throwing).
+bool all_arrive(MPI_Comm comm, double seconds) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Ibarrier(comm, &request);
+  const double deadline = MPI_Wtime() + seconds;
+  int done = 0;
+  while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && MPI_Wtime() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return done != 0;
+}
+
+// An error every rank is expected to have reached (a bad deck, file or checkpoint found by
+// checks every rank makes alike, or turned into one by agree()): printed once by rank 0. If a
+// rank met it alone (a check that was not agreed: a bug, but the input is still bad), the others
+// never arrive: this rank prints it and ends the job with the same exit code.
+int fail(MPI_Comm errors, const std::string& message, ExitCode code) {
+  const std::string line = "tessera: error: " + one_line(message) + "\n";
+  if (errors != MPI_COMM_NULL && !all_arrive(errors, kErrorAgreementSeconds)) {
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, static_cast<int>(code));
+  }
+  if (world_rank() == 0) std::fputs(line.c_str(), stderr);
   return static_cast<int>(code);
 }
 
@@ -112,8 +157,13 @@ int run(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return world_rank() == 0 ? app.exit(e) : 0;
   } catch (const CLI::ParseError& e) {
-    return fail(e.what() + std::string(" (see tessera --help)"), ExitCode::bad_input);
+    return fail(MPI_COMM_NULL, e.what() + std::string(" (see tessera --help)"), ExitCode::bad_input);
   }
+
+  // Its own communicator for the errors' closing agreement, so that it never meets a collective
+  // another rank is still inside.
+  MPI_Comm errors = MPI_COMM_NULL;
+  if (world_size() > 1) MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &errors));
 
   try {
     if (*train_cmd) return train(deck, resume);
@@ -126,12 +176,12 @@ int run(int argc, char** argv) {
     if (*diff_cmd) return diff(diff_args);
     if (*bench_comm_cmd) return bench_comm(bench_comm_args);
   } catch (const InputError& e) {
-    return fail(e.what(), ExitCode::bad_input);
+    return fail(errors, e.what(), ExitCode::bad_input);
   } catch (const NumericError& e) {
-    return fail(e.what(), ExitCode::numerical);
+    return fail(errors, e.what(), ExitCode::numerical);
   } catch (const std::exception& e) {
     // A local failure: the other ranks may be inside a collective, so end the whole job.
-    std::fprintf(stderr, "tessera: rank %d: internal error: %s\n", world_rank(), e.what());
+    std::fprintf(stderr, "tessera: rank %d: internal error: %s\n", world_rank(), one_line(e.what()).c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::failure));
   }
