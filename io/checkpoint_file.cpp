@@ -21,6 +21,7 @@
 #include "core/error.hpp"
 #include "comm/agree.hpp"
 #include "io/h5.hpp"
+#include "io/tensor_check.hpp"
 #include "comm/mpi_check.hpp"
 
 namespace tessera::io {
@@ -140,17 +141,18 @@ h5::Dataspace select_elements(hid_t file_space, std::span<const std::uint64_t> o
   return mem;
 }
 
-// Reads the selection select(file_space) of a float dataset into out, collectively.
+// Reads the selection select(file_space) of a float dataset into out: an independent read (no
+// collective inside), so a rank whose read fails leaves no other waiting.
 template <class Select>
 void read_selected(hid_t dataset, float* out, bool any, Select select) {
   h5::Dataspace file_space(TESSERA_H5(H5Dget_space(dataset)));
   h5::Dataspace mem = select(static_cast<hid_t>(file_space));
-  h5::PropList xfer = h5::collective_transfer();
+  h5::PropList xfer = h5::independent_transfer();
   float dummy = 0.0f;
-  TESSERA_H5(H5Dread(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer, any ? out : &dummy));
+  if (any) TESSERA_H5(H5Dread(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer, any ? out : &dummy));
 }
 
-void write_tensor(hid_t file, const TensorSlab& t, hid_t xfer) {
+void write_tensor(hid_t file, const TensorSlab& t, std::uint64_t checksum, hid_t xfer) {
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   h5::Dataspace file_space(
       TESSERA_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
@@ -165,6 +167,7 @@ void write_tensor(hid_t file, const TensorSlab& t, hid_t xfer) {
   const float dummy = 0.0f;
   const float* data = any ? t.data : &dummy;
   TESSERA_H5(H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer, data));
+  h5::write_u64_attr(dataset, kChecksumAttribute, checksum);
 }
 
 // Test hooks (tests/integration/test_crash.cpp), each naming checkpoint steps ("20" or "10,11"):
@@ -172,6 +175,8 @@ void write_tensor(hid_t file, const TensorSlab& t, hid_t xfer) {
 //     checkpoint's tensors are in the temporary file, before the rename: a node lost mid-write.
 //   TESSERA_TEST_SIGNAL_IN_CHECKPOINT: every rank raises SIGUSR1 at the same point: a (second)
 //     stop signal arriving while the checkpoint is written.
+//   TESSERA_TEST_FAIL_IN_CHECKPOINT: rank 1 (rank 0 when alone) fails to write a tensor there, the
+//     others write on: the failure must reach every rank (exit 2), not leave them waiting.
 //   TESSERA_TEST_PAUSE_IN_CHECKPOINT: every rank prints a line and waits there until a signal
 //     arrives (at most 60 s), so a test can signal a run at a known step however fast the
 //     machine is (tests/slurm/test_slurm.sh).
@@ -194,6 +199,8 @@ void run_test_hooks(MPI_Comm comm, const CheckpointContent& content) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (hook_names_step("TESSERA_TEST_FAIL_IN_CHECKPOINT", content) && rank == std::min(1, size - 1))
+    h5::fail_with("TESSERA_TEST_FAIL_IN_CHECKPOINT: this rank's write fails (a full disk, say)");
   if (hook_names_step("TESSERA_TEST_SIGNAL_IN_CHECKPOINT", content)) std::raise(SIGUSR1);
   if (hook_names_step("TESSERA_TEST_PAUSE_IN_CHECKPOINT", content)) {
     std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_PAUSE_IN_CHECKPOINT: waiting for a signal\n", rank);
@@ -209,31 +216,63 @@ void run_test_hooks(MPI_Comm comm, const CheckpointContent& content) {
   }
 }
 
+// The checksum of every tensor: each rank sums its own slab, the sums are added over comm.
+std::vector<std::uint64_t> tensor_checksums(MPI_Comm comm, const CheckpointContent& content) {
+  std::vector<std::uint64_t> sums;
+  for (const TensorSlab& t : content.tensors) sums.push_back(check_of(t).sum);
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T,
+                          MPI_SUM, comm));
+  return sums;
+}
+
+// Writes the file; each step that could fail on one rank alone (a tensor's write, the close that
+// flushes) is agreed, so a failure reaches every rank together.
+// Test hook (tests/integration/test_crash.cpp): TESSERA_TEST_FAIL_IN_READ=K makes rank 1 (rank 0
+// when alone) fail its K-th tensor read of the process, as a damaged block seen by one rank: the
+// failure must reach every rank (exit 2), not leave the others waiting. Unset, one getenv per read.
+void read_test_hook(MPI_Comm comm) {
+  static long reads = 0;
+  const char* wanted = std::getenv("TESSERA_TEST_FAIL_IN_READ");
+  if (wanted == nullptr) return;
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (++reads == std::atol(wanted) && rank == std::min(1, size - 1))
+    h5::fail_with("TESSERA_TEST_FAIL_IN_READ: this rank's read fails (a damaged block)");
+}
+
 void write_content(MPI_Comm comm, const std::string& path, const CheckpointContent& content) {
-  h5::File file = h5::create_parallel(comm, path);
-  for (const auto& [name, value] : content.root_attrs) h5::write_attr(file, name, value);
-  h5::write_attr(file, "format", std::string(kCheckpointFormat));
-  h5::write_attr(file, "format_version", kCheckpointFormatVersion);
-  for (const auto& [group_name, attrs] : content.group_attrs) {
-    h5::Group group = h5::open_or_create_group(file, group_name);
-    for (const auto& [name, value] : attrs) h5::write_attr(group, name, value);
-  }
+  const std::vector<std::uint64_t> sums = tensor_checksums(comm, content);
+  const h5::InputScope scope(path, "", h5::InputScope::Access::write);
+  h5::File file;
+  agree(comm, [&] {
+    file = h5::create_parallel(comm, path);
+    for (const auto& [name, value] : content.root_attrs) h5::write_attr(file, name, value);
+    h5::write_attr(file, "format", std::string(kCheckpointFormat));
+    h5::write_attr(file, "format_version", kCheckpointFormatVersion);
+    for (const auto& [group_name, attrs] : content.group_attrs) {
+      h5::Group group = h5::open_or_create_group(file, group_name);
+      for (const auto& [name, value] : attrs) h5::write_attr(group, name, value);
+    }
+  });
   h5::PropList xfer = h5::collective_transfer();
   const std::size_t half = std::max<std::size_t>(1, content.tensors.size() / 2);
   for (std::size_t i = 0; i < content.tensors.size(); ++i) {
-    write_tensor(file, content.tensors[i], xfer);
-    if (i + 1 == half) run_test_hooks(comm, content);
+    agree(comm, [&] {
+      write_tensor(file, content.tensors[i], sums[i], xfer);
+      if (i + 1 == half) run_test_hooks(comm, content);
+    });
   }
-  file.close();
+  agree(comm, [&] { file.close(); });
 }
 
 void fsync_path(const std::string& path, int flags) {
   int fd = ::open(path.c_str(), flags);
-  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot open to sync: {}", path, std::strerror(errno)));
+  if (fd < 0) throw InputError(fmt::format("{}: cannot open to sync: {}", path, std::strerror(errno)));
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  if (rc != 0) throw std::runtime_error(fmt::format("{}: fsync failed: {}", path, std::strerror(err)));
+  if (rc != 0) throw InputError(fmt::format("{}: fsync failed: {}", path, std::strerror(err)));
 }
 
 void create_parent_directory(const fs::path& path) {
@@ -252,8 +291,8 @@ void commit_file(const std::string& tmp_path, const fs::path& final_path) {
   std::error_code ec;
   fs::rename(tmp_path, final_path, ec);
   if (ec) {
-    throw std::runtime_error(fmt::format("cannot rename {} to {}: {}", tmp_path,
-                                         final_path.string(), ec.message()));
+    throw InputError(fmt::format("cannot rename {} to {}: {}", tmp_path, final_path.string(),
+                                 ec.message()));
   }
   fs::path dir = final_path.has_parent_path() ? final_path.parent_path() : fs::path(".");
   fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
@@ -286,14 +325,15 @@ struct CheckpointFile::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   std::string path;
   h5::File file;
+  std::int64_t format_version = 0;  ///< the root attribute, checked at open
 
-  void check_format() const;
+  std::int64_t check_format() const;
   std::string missing(const std::string& dataset_path) const {
     return fmt::format("{}: no dataset {}", path, dataset_path);
   }
 };
 
-void CheckpointFile::Impl::check_format() const {
+std::int64_t CheckpointFile::Impl::check_format() const {
   std::optional<Attr> format = h5::find_attr(file, "format");
   const std::string* text = format ? std::get_if<std::string>(&*format) : nullptr;
   if (text == nullptr || *text != kCheckpointFormat) {
@@ -308,17 +348,19 @@ void CheckpointFile::Impl::check_format() const {
         "{}: checkpoint format_version is {}, this Tessera reads 1 to {}", path,
         version ? to_string(*version) : std::string("missing"), kCheckpointFormatVersion));
   }
+  return *number;
 }
 
 CheckpointFile::CheckpointFile(MPI_Comm comm, const std::string& path)
     : impl_(std::make_unique<Impl>()) {
   impl_->comm = comm;
   impl_->path = path;
+  const h5::InputScope scope(path);
   agree(comm, [&] {
     if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
   });
   impl_->file = h5::open_parallel(comm, path);
-  agree(comm, [&] { impl_->check_format(); });
+  agree(comm, [&] { impl_->format_version = impl_->check_format(); });
 }
 
 CheckpointFile::~CheckpointFile() = default;
@@ -327,33 +369,74 @@ CheckpointFile& CheckpointFile::operator=(CheckpointFile&&) noexcept = default;
 
 const std::string& CheckpointFile::path() const { return impl_->path; }
 
+std::int64_t CheckpointFile::format_version() const { return impl_->format_version; }
+
 std::map<std::string, Attr> CheckpointFile::root_attrs() const {
+  const h5::InputScope scope(impl_->path, "root attributes");
   return h5::read_attrs(impl_->file);
 }
 
 std::map<std::string, Attr> CheckpointFile::group_attrs(const std::string& group) const {
+  const h5::InputScope scope(impl_->path, "group /" + group);
   if (!h5::is_group(impl_->file, group)) return {};
   h5::Group g(TESSERA_H5(H5Gopen2(impl_->file, group.c_str(), H5P_DEFAULT)));
   return h5::read_attrs(g);
 }
 
 bool CheckpointFile::has(const std::string& dataset_path) const {
+  const h5::InputScope scope(impl_->path);
   return h5::is_dataset(impl_->file, dataset_path);
 }
 
 std::vector<std::uint64_t> CheckpointFile::shape(const std::string& dataset_path) const {
   if (!has(dataset_path)) throw InputError(impl_->missing(dataset_path));
+  const h5::InputScope scope(impl_->path, "dataset " + dataset_path);
   h5::Dataset dataset(TESSERA_H5(H5Dopen2(impl_->file, dataset_path.c_str(), H5P_DEFAULT)));
   std::vector<hsize_t> dims = h5::dims(dataset);
+  if (dims.empty()) h5::fail_with("a scalar, expected a tensor of rank >= 1");
   return {dims.begin(), dims.end()};
 }
 
 std::vector<std::string> CheckpointFile::list(const std::string& group) const {
+  const h5::InputScope scope(impl_->path, "group /" + group);
   return h5::list_datasets(impl_->file, group);
+}
+
+void CheckpointFile::verify(const std::vector<TensorCheck>& parts) const {
+  // Add the parts over the ranks: checksums modulo 2^64, the first non-finite index by minimum.
+  std::vector<std::uint64_t> sums, firsts;
+  for (const TensorCheck& p : parts) {
+    sums.push_back(p.sum);
+    firsts.push_back(p.first_non_finite);
+  }
+  const int n = static_cast<int>(parts.size());
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), n, MPI_UINT64_T, MPI_SUM, impl_->comm));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, firsts.data(), n, MPI_UINT64_T, MPI_MIN, impl_->comm));
+  agree(impl_->comm, [&] {
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const std::string& ds = parts[i].path;
+      const h5::InputScope scope(impl_->path, "dataset " + ds);
+      if (firsts[i] != TensorCheck::kNone)
+        throw InputError(fmt::format("{}: dataset {} holds a NaN or infinite value at element {} "
+                                     "(a checkpoint never does: the file is damaged)", impl_->path,
+                                     ds, firsts[i]));
+      h5::Dataset dataset(TESSERA_H5(H5Dopen2(impl_->file, ds.c_str(), H5P_DEFAULT)));
+      const std::optional<std::uint64_t> stored = h5::find_u64_attr(dataset, kChecksumAttribute);
+      if (!stored && impl_->format_version >= 2)
+        throw InputError(fmt::format("{}: dataset {} has no attribute {} (format_version {} stores "
+                                     "one with every tensor): the file is damaged", impl_->path, ds,
+                                     kChecksumAttribute, impl_->format_version));
+      if (stored && *stored != sums[i])
+        throw InputError(fmt::format("{}: dataset {} does not match its checksum (stored {:#018x}, "
+                                     "its values give {:#018x}): the file is damaged", impl_->path,
+                                     ds, *stored, sums[i]));
+    }
+  });
 }
 
 void CheckpointFile::read(const std::string& dataset_path, std::span<const std::uint64_t> offset,
                           std::span<const std::uint64_t> count, float* out) const {
+  const h5::InputScope scope(impl_->path, "dataset " + dataset_path);
   h5::Dataset dataset;
   agree(impl_->comm, [&] {
     std::vector<std::uint64_t> dims = shape(dataset_path);
@@ -373,9 +456,10 @@ void CheckpointFile::read(const std::string& dataset_path, std::span<const std::
     if (product(count) > 0 && out == nullptr) {
       throw std::invalid_argument("CheckpointFile::read: null output buffer");
     }
-  });
-  read_selected(dataset, out, product(count) > 0, [&](hid_t file_space) {
-    return select_slab(file_space, offset, count);
+    read_test_hook(impl_->comm);
+    read_selected(dataset, out, product(count) > 0, [&](hid_t file_space) {
+      return select_slab(file_space, offset, count);
+    });
   });
 }
 
@@ -383,6 +467,7 @@ void CheckpointFile::read_elements(const std::string& dataset_path,
                                    std::span<const std::uint64_t> offset,
                                    std::span<const std::uint64_t> count, std::uint64_t first,
                                    std::uint64_t last, float* out) const {
+  const h5::InputScope scope(impl_->path, "dataset " + dataset_path);
   h5::Dataset dataset;
   std::vector<std::uint64_t> dims;
   agree(impl_->comm, [&] {
@@ -401,9 +486,10 @@ void CheckpointFile::read_elements(const std::string& dataset_path,
                                    first, last, fmt::join(count, ","), fmt::join(offset, ",")));
     if (last > first && out == nullptr)
       throw std::invalid_argument("CheckpointFile::read_elements: null output buffer");
-  });
-  read_selected(dataset, out, last > first, [&](hid_t file_space) {
-    return select_elements(file_space, offset, count, first, last);
+    read_test_hook(impl_->comm);
+    read_selected(dataset, out, last > first, [&](hid_t file_space) {
+      return select_elements(file_space, offset, count, first, last);
+    });
   });
 }
 

@@ -15,6 +15,8 @@
 
 namespace tessera::io {
 
+struct TensorCheck;
+
 /// This rank's part of one float32 tensor.
 struct TensorSlab {
   std::string path;                   ///< "model/layers.0.weight", "optimizer/layers.0.weight/momentum"
@@ -37,15 +39,20 @@ struct CheckpointContent {
 
 /// The value of the root attribute `format` of a checkpoint.
 inline constexpr const char* kCheckpointFormat = "tessera-checkpoint";
-/// The layout version this code writes and reads.
-inline constexpr std::int64_t kCheckpointFormatVersion = 1;
+/// The layout version this code writes; it reads 1 and 2. Version 2 adds, on every tensor, the
+/// attribute `checksum` (uint64: io/tensor_check.hpp's sum over the whole tensor) and the 1.10 file
+/// format, whose metadata HDF5 checksums itself.
+inline constexpr std::int64_t kCheckpointFormatVersion = 2;
+/// The attribute of each tensor that holds its checksum (format_version >= 2).
+inline constexpr const char* kChecksumAttribute = "checksum";
 
 /// \brief Writes a checkpoint to final_path. Must be called on every rank of comm with the same
 /// attributes and the same tensor list (paths, shapes, order), each rank with its own offset and
-/// count. Rank 0 creates the parent directory; all ranks write final_path + ".tmp" with the
-/// MPI-IO driver and collective transfers; rank 0 fsyncs it, renames it to final_path and fsyncs
-/// the directory; every rank returns after the rename. A crash mid-write leaves only the .tmp
-/// file. Errors are thrown on every rank.
+/// count, the slabs together covering every element once (the checksums add them up). Rank 0
+/// creates the parent directory; all ranks write final_path + ".tmp" with the MPI-IO driver and
+/// collective transfers; rank 0 fsyncs it, renames it to final_path and fsyncs the directory;
+/// every rank returns after the rename. A crash mid-write leaves only the .tmp file. Errors are
+/// thrown on every rank alike (an InputError naming the file where it cannot be written).
 void write_checkpoint(MPI_Comm comm, const std::string& final_path,
                       const CheckpointContent& content);
 
@@ -60,6 +67,8 @@ class CheckpointFile {
   CheckpointFile& operator=(CheckpointFile&&) noexcept;
 
   const std::string& path() const;
+  /// \brief The root attribute format_version (1 or 2). Local.
+  std::int64_t format_version() const;
   /// \brief The root attributes. Local: any rank may call it alone.
   std::map<std::string, Attr> root_attrs() const;
   /// \brief The attributes of a group ("optimizer", "train"); empty if there is no such group. Local.
@@ -82,6 +91,12 @@ class CheckpointFile {
   void read_elements(const std::string& dataset_path, std::span<const std::uint64_t> offset,
                      std::span<const std::uint64_t> count, std::uint64_t first, std::uint64_t last,
                      float* out) const;
+  /// \brief Checks what the ranks read: the parts of each tensor (every rank's parts of a tensor
+  /// together covering each element once) add up to the checksum stored with it, and no value is
+  /// NaN or infinite (a checkpoint never holds one). Must be called on every rank of comm with the
+  /// same tensor paths in the same order. InputError on every rank naming the file and the first
+  /// tensor that fails; a version-2 tensor without a checksum fails too.
+  void verify(const std::vector<TensorCheck>& parts) const;
 
  private:
   struct Impl;

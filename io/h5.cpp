@@ -404,6 +404,23 @@ Attr read_attr(hid_t obj, const std::string& name) {
   }
 }
 
+void write_u64_attr(hid_t obj, const std::string& name, std::uint64_t value) {
+  write_scalar_attr(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
+}
+
+std::optional<std::uint64_t> find_u64_attr(hid_t obj, const std::string& name) {
+  if (TESSERA_H5(H5Aexists(obj, name.c_str())) <= 0) return std::nullopt;
+  Attribute attr = open_attr(obj, name);
+  Dataspace space(TESSERA_H5(H5Aget_space(attr)));
+  Datatype type(TESSERA_H5(H5Aget_type(attr)));
+  if (TESSERA_H5(H5Sget_simple_extent_npoints(space)) != 1 || H5Tget_class(type) != H5T_INTEGER ||
+      H5Tget_size(type) != 8 || H5Tget_sign(type) != H5T_SGN_NONE)
+    fail_with(fmt::format("attribute {} is not a scalar uint64", name));
+  std::uint64_t value = 0;
+  TESSERA_H5(H5Aread(attr, H5T_NATIVE_UINT64, &value));
+  return value;
+}
+
 std::optional<Attr> find_attr(hid_t obj, const std::string& name) {
   if (TESSERA_H5(H5Aexists(obj, name.c_str())) <= 0) return std::nullopt;
   return read_attr(obj, name);

@@ -209,6 +209,10 @@ void write_float_attr(hid_t obj, const std::string& name, float value);
 /// \brief Reads a scalar attribute of any integer, float or string (fixed or variable) type.
 /// Integers come back as int64, floats as double. Other types throw std::runtime_error.
 Attr read_attr(hid_t obj, const std::string& name);
+/// \brief Writes (or replaces) a uint64 attribute (collective in a parallel file, as write_attr).
+void write_u64_attr(hid_t obj, const std::string& name, std::uint64_t value);
+/// \brief Reads a scalar uint64 attribute if it exists; one of another type fails (fail_with).
+std::optional<std::uint64_t> find_u64_attr(hid_t obj, const std::string& name);
 /// \brief Reads an attribute if it exists.
 std::optional<Attr> find_attr(hid_t obj, const std::string& name);
 /// \brief Every scalar attribute of obj by name.

@@ -144,6 +144,9 @@ struct Config {
 
   std::string deck_path;      ///< as given on the command line
   std::string resolved_toml;  ///< every key with its final value, as TOML (stored in checkpoints)
+  /// Combinations that are allowed but likely not meant ("the warm-up outlasts the run"), one
+  /// line each; `check` prints them and `train` logs them.
+  std::vector<std::string> warnings;
 
   bool operator==(const Config&) const = default;
 };

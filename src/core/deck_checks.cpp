@@ -27,10 +27,10 @@ std::string where_of(const Config& cfg, const Origins& origins, std::initializer
 
 }  // namespace
 
-void check_combinations(const Config& cfg, const Origins& origins) {
-  const auto& o = cfg.optimizer;
-  const auto& s = cfg.schedule;
-  const auto& t = cfg.train;
+void check_combinations(Config& cfg, const Origins& origins) {
+  const auto o = cfg.optimizer;
+  const auto s = cfg.schedule;
+  const auto t = cfg.train;
 
   if (o.nesterov && o.momentum == 0.0)
     fail(where_of(cfg, origins, {"optimizer.nesterov", "optimizer.momentum"}), "optimizer.nesterov",
@@ -44,10 +44,12 @@ void check_combinations(const Config& cfg, const Origins& origins) {
                      s.min_lr, o.lr));
 
   if (t.steps > 0 && s.warmup_steps >= t.steps)
-    fail(where_of(cfg, origins, {"schedule.warmup_steps", "train.steps"}), "schedule.warmup_steps",
-         fmt::format("schedule.warmup_steps = {} is not below train.steps = {}; "
-                     "allowed: schedule.warmup_steps < train.steps",
-                     s.warmup_steps, t.steps));
+    cfg.warnings.push_back(fmt::format(
+        "{}: schedule.warmup_steps = {} is not below train.steps = {}: the learning rate rises "
+        "linearly for the whole run and ends at {:.3g} of optimizer.lr = {}{}",
+        where_of(cfg, origins, {"schedule.warmup_steps", "train.steps"}), s.warmup_steps, t.steps,
+        static_cast<double>(t.steps) / static_cast<double>(s.warmup_steps), o.lr,
+        s.kind == ScheduleKind::constant ? "" : fmt::format("; the {} schedule never starts", to_string(s.kind))));
 
   if (t.steps == 0 && t.epochs == 0)
     fail(where_of(cfg, origins, {"train.epochs", "train.steps"}), "train.epochs",

@@ -11,9 +11,10 @@ namespace tessera::deck {
 using Origins = std::map<std::string, std::string>;
 
 /// The combinations known without the world size (nesterov without momentum, min_lr above lr,
-/// warm-up as long as the run, nothing to train, comm.backend = "nccl" in a build without NCCL
-/// or with an allreduce algorithm of Tessera's own). Throws InputError at the first key named that
-/// the deck or an override set.
-void check_combinations(const Config& cfg, const Origins& origins);
+/// nothing to train, comm.backend = "nccl" in a build without NCCL or with an allreduce algorithm
+/// of Tessera's own). Throws InputError at the first key named that the deck or an override set.
+/// Allowed combinations that are likely not meant (a warm-up as long as the run) add a line to
+/// cfg.warnings.
+void check_combinations(Config& cfg, const Origins& origins);
 
 }  // namespace tessera::deck

@@ -14,6 +14,8 @@
 #include "core/error.hpp"
 #include "core/version.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/small_file.hpp"
+#include "io/tensor_check.hpp"
 
 namespace tessera {
 
@@ -21,7 +23,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::int64_t format_version = 1;
+// The largest step count a checkpoint may claim (far beyond any run; keeps every count derived
+// from it far from overflow).
+constexpr std::int64_t kMaxStep = std::int64_t{1} << 48;
+// `latest` holds one file name: a few dozen bytes.
+constexpr std::size_t kLatestMaxBytes = 4096;
 
 std::string iso8601_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -96,63 +102,93 @@ T attr_as(const std::map<std::string, io::Attr>& attrs, const std::string& key,
   return std::get<T>(it->second);
 }
 
+// An integer attribute of `group` in [lo, hi].
+std::int64_t attr_in(const std::map<std::string, io::Attr>& attrs, const std::string& group,
+                     const std::string& key, std::int64_t lo, std::int64_t hi, const std::string& file) {
+  const auto value = attr_as<std::int64_t>(attrs, key, file);
+  if (value < lo || value > hi)
+    throw InputError(fmt::format("{}: checkpoint attribute {}/{} is {}, expected {} <= {} <= {}", file,
+                                 group, key, value, lo, key, hi));
+  return value;
+}
+
+// The step_<8 digits>.h5 files of dir, newest first.
+std::vector<fs::path> step_files(const std::string& dir) {
+  std::vector<fs::path> all;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (step_of(it->path()) >= 0) all.push_back(it->path());
+  std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return step_of(a) > step_of(b); });
+  return all;
+}
+
+// Why `file` is not a checkpoint a run can resume from, or "" if it looks like one: a local,
+// metadata-only look (format, version, the /train state's presence); load() checks the rest.
+std::string why_not_resumable(const std::string& file) {
+  try {
+    io::CheckpointFile f(MPI_COMM_SELF, file);
+    const auto train = f.group_attrs("train");
+    for (const char* key : {"step", "epoch", "batch_in_epoch", "samples_seen"})
+      attr_as<std::int64_t>(train, key, file);
+    return "";
+  } catch (const InputError& e) {
+    return e.what();
+  }
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(const Config& cfg, const Communicator& comm)
     : cfg_(cfg), comm_(comm), dir_((fs::path(cfg.run.output_dir) / "checkpoints").string()) {}
 
-std::string Checkpointer::find_latest() const {
-  std::string found;
+LatestCheckpoint Checkpointer::find_latest() const {
+  LatestCheckpoint found;
   agree(comm_.handle(), [&] {
     if (!comm_.is_root()) return;
     const fs::path latest = fs::path(dir_) / "latest";
-    std::ifstream in(latest);
-    std::string name;
-    if (in && std::getline(in, name) && !name.empty()) {
-      const fs::path file = fs::path(dir_) / name;
-      if (fs::exists(file))
-        found = file.string();
-      else
-        throw InputError(fmt::format("{}: names {}, which does not exist", latest.string(), name));
+    std::string why;
+    if (const auto text = io::read_small_file(latest.string(), kLatestMaxBytes, &why)) {
+      const std::string name = text->substr(0, text->find('\n'));
+      if (step_of(name) >= 0 && name.find('/') == std::string::npos) {
+        const fs::path file = fs::path(dir_) / name;
+        if (!fs::exists(file))
+          throw InputError(fmt::format("{}: names {}, which does not exist", latest.string(), name));
+        found.path = file.string();
+        return;
+      }
+      why = fmt::format("holds \"{}\", not the name of a step_<8 digits>.h5 file",
+                        text->size() > 64 ? text->substr(0, 64) + "..." : *text);
     }
+    // `latest` cannot say: the newest step file is the newest complete checkpoint (only a
+    // complete one gets its final name). No step file at all: nothing to resume.
+    const std::vector<fs::path> files = step_files(dir_);
+    if (files.empty()) {
+      if (why != "missing")
+        found.note = fmt::format("{} is {} and {} holds no step_*.h5 checkpoint: starting afresh",
+                                 latest.string(), why, dir_);
+      return;
+    }
+    const std::string bad = why_not_resumable(files.front().string());
+    if (!bad.empty())
+      throw InputError(fmt::format("{} is {}, and the newest checkpoint {} cannot be resumed ({}); "
+                                   "continue from an older one with --resume PATH", latest.string(),
+                                   why, files.front().string(), bad));
+    found.path = files.front().string();
+    found.note = fmt::format("{} is {}: resuming from the newest complete checkpoint, {}",
+                             latest.string(), why, found.path);
   });
-  comm_.broadcast(found, 0, Group::world);
+  comm_.broadcast(found.path, 0, Group::world);
+  comm_.broadcast(found.note, 0, Group::world);
   return found;
 }
 
-std::string Checkpointer::save(const Model& model, const DataParallel& dp,
-                               const TrainState& state) const {
+std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataParallel* dp,
+                                                const float* values,
+                                                const std::vector<const float*>& states) const {
   const auto& store = model.params();
-  const Optimizer& opt = dp.optimizer();
-  // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
-  // optimizer state (full at zero 0, this rank's shard above).
-  const bool sharded_values = dp.zero() >= 3;
-  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), sharded_values ? dp.value_shard() : store.values());
-  std::vector<decltype(h_values)> h_states;
-  for (std::size_t i = 0; i < opt.state_names().size(); ++i)
-    h_states.push_back(Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)));
-
-  io::CheckpointContent c;
-  c.root_attrs = {
-      {"step", state.step},
-      {"epoch", state.epoch},
-      {"samples_seen", state.samples_seen},
-      {"seed", static_cast<std::int64_t>(cfg_.run.seed)},
-      {"layout", comm_.layout(cfg_.parallel.zero)},
-      {"deck", cfg_.resolved_toml},
-      {"created", iso8601_now()},
-      {"tessera_version", std::string(TESSERA_VERSION)},
-      {"format_version", format_version},
-  };
-  c.group_attrs["optimizer"] = {{"kind", opt.kind_name()}, {"step", opt.steps()}};
-  c.group_attrs["train"] = {{"step", state.step},
-                            {"epoch", state.epoch},
-                            {"batch_in_epoch", state.batch_in_epoch},
-                            {"loss_scale", state.loss_scale},
-                            {"loss_scale_good_steps", state.loss_scale_good_steps},
-                            {"skipped_steps", state.skipped_steps},
-                            {"samples_seen", state.samples_seen}};
-  const auto pieces = dp.zero() >= 1 ? dp.shard_pieces() : std::vector<DataParallel::Piece>{};
+  const int zero = dp != nullptr ? dp->zero() : 0;
+  const bool sharded_values = zero >= 3;
+  const auto pieces = zero >= 1 ? dp->shard_pieces() : std::vector<DataParallel::Piece>{};
   const int d = comm_.rank(Group::data), n_d = comm_.size(Group::data);
   const int t = comm_.rank(Group::tensor), n_t = comm_.size(Group::tensor);
   // A block this rank holds whole is split by rows over its replicas (the data ranks, and the
@@ -166,6 +202,9 @@ std::string Checkpointer::save(const Model& model, const DataParallel& dp,
   };
   // Every rank lists every tensor of the whole model in the same order (the datasets are
   // created collectively); a tensor of another pipeline stage gets an empty slab here.
+  std::vector<io::TensorSlab> out;
+  const std::vector<std::string> state_names = dp != nullptr ? dp->optimizer().state_names()
+                                                             : std::vector<std::string>{};
   for (const auto& logical : logical_params(cfg_, model.shape())) {
     std::size_t i = 0;
     while (i < store.infos().size() && store.infos()[i].name != logical.name) ++i;
@@ -180,41 +219,81 @@ std::string Checkpointer::save(const Model& model, const DataParallel& dp,
     // The last stage's copy of a tied parameter is written by the first stage's original.
     const bool mine = i < store.infos().size() && store.infos()[i].tie != nn::Tie::copy;
     const std::string model_path = "model/" + logical.name;
-    c.tensors.push_back(mine ? slab(model_path, i, h_values.data(), sharded_values ? h_values.data() : nullptr)
-                             : none(model_path));
-    for (std::size_t k = 0; k < h_states.size(); ++k) {
-      const std::string path = "optimizer/" + logical.name + "/" + opt.state_names()[k];
-      c.tensors.push_back(mine ? slab(path, i, h_states[k].data(), dp.zero() >= 1 ? h_states[k].data() : nullptr)
-                               : none(path));
+    if (values != nullptr)
+      out.push_back(mine ? slab(model_path, i, values, sharded_values ? values : nullptr) : none(model_path));
+    for (std::size_t k = 0; k < states.size(); ++k) {
+      const std::string path = "optimizer/" + logical.name + "/" + state_names[k];
+      out.push_back(mine ? slab(path, i, states[k], zero >= 1 ? states[k] : nullptr) : none(path));
     }
   }
+  return out;
+}
+
+std::string Checkpointer::save(const Model& model, const DataParallel& dp, const TrainState& state) {
+  const auto& store = model.params();
+  const Optimizer& opt = dp.optimizer();
+  // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
+  // optimizer state (full at zero 0, this rank's shard above).
+  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), dp.zero() >= 3 ? dp.value_shard() : store.values());
+  std::vector<decltype(h_values)> h_states;
+  std::vector<const float*> states;
+  for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
+    h_states.push_back(Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)));
+    states.push_back(h_states.back().data());
+  }
+
+  io::CheckpointContent c;
+  c.root_attrs = {
+      {"step", state.step},
+      {"epoch", state.epoch},
+      {"samples_seen", state.samples_seen},
+      {"seed", static_cast<std::int64_t>(cfg_.run.seed)},
+      {"layout", comm_.layout(cfg_.parallel.zero)},
+      {"deck", cfg_.resolved_toml},
+      {"created", iso8601_now()},
+      {"tessera_version", std::string(TESSERA_VERSION)},
+  };
+  c.group_attrs["optimizer"] = {{"kind", opt.kind_name()}, {"step", opt.steps()}};
+  c.group_attrs["train"] = {{"step", state.step},
+                            {"epoch", state.epoch},
+                            {"batch_in_epoch", state.batch_in_epoch},
+                            {"loss_scale", state.loss_scale},
+                            {"loss_scale_good_steps", state.loss_scale_good_steps},
+                            {"skipped_steps", state.skipped_steps},
+                            {"samples_seen", state.samples_seen}};
+  c.tensors = slabs(model, &dp, h_values.data(), states);
 
   const fs::path path = fs::path(dir_) / fmt::format("step_{:08}.h5", state.step);
   io::write_checkpoint(comm_.handle(), path.string(), c);
+  written_.insert(state.step);
 
-  // Point `latest` at it (write and rename, so `latest` is never half-written), then prune.
-  if (comm_.is_root()) {
-    const fs::path tmp = fs::path(dir_) / "latest.tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << path.filename().string() << '\n';
-    }
-    fs::rename(tmp, fs::path(dir_) / "latest");
-    std::vector<fs::path> all;
-    for (const auto& e : fs::directory_iterator(dir_)) {
-      if (step_of(e.path()) >= 0) all.push_back(e.path());
-      // A .tmp left by a run that died mid-write is no checkpoint: drop it.
-      if (e.path().extension() == ".tmp" && e.path().filename().string().starts_with("step_"))
-        fs::remove(e.path());
-    }
-    if (cfg_.checkpoint.keep > 0) {
-      std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return step_of(a) > step_of(b); });
-      for (std::size_t i = static_cast<std::size_t>(cfg_.checkpoint.keep); i < all.size(); ++i)
-        fs::remove(all[i]);
-    }
-  }
-  comm_.barrier();
+  // Point `latest` at it (written whole or not at all), then prune. Rank 0 alone touches the
+  // directory; the agreement carries any failure to every rank.
+  agree(comm_.handle(), [&] {
+    if (!comm_.is_root()) return;
+    io::write_file_atomically((fs::path(dir_) / "latest").string(), path.filename().string() + "\n");
+    prune();
+  });
   return path.string();
+}
+
+void Checkpointer::prune() const {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    // A .tmp left by a run that died mid-write is no checkpoint: drop it.
+    const std::string name = it->path().filename().string();
+    if (name.starts_with("step_") && it->path().extension() == ".tmp") fs::remove(it->path(), ec);
+  }
+  if (cfg_.checkpoint.keep <= 0) return;
+  // Only this run's own checkpoints count: those it wrote and those of the run it continues, up
+  // to the step it resumed from. A file it did not write and does not descend from (newer than
+  // what it resumed, left by something else) is never deleted.
+  std::size_t kept = 0;
+  for (const fs::path& file : step_files(dir_)) {
+    const std::int64_t step = step_of(file);
+    if (!written_.count(step) && step > resumed_from_) continue;
+    if (++kept > static_cast<std::size_t>(cfg_.checkpoint.keep)) fs::remove(file, ec);
+  }
 }
 
 namespace {
@@ -239,78 +318,122 @@ void read_tensor(const io::CheckpointFile& file, const std::string& ds, const nn
     file.read(ds, to_u64(p.block_offset), to_u64(p.shape), out + p.offset);
 }
 
+// The checkpoint must hold exactly the tensors `expected` (dataset path, logical shape) under
+// `group` ("model", "optimizer"), `what` naming what would not fit ("the deck's model"). Local
+// (metadata only); every rank checks them all, whatever part it holds.
+using Expected = std::vector<std::pair<std::string, std::vector<std::uint64_t>>>;
+
+void check_tensors(const io::CheckpointFile& file, const std::string& group, const Expected& expected,
+                   const char* what) {
+  const std::string& path = file.path();
+  std::set<std::string> names;
+  for (const auto& e : expected) names.insert(e.first);
+  for (const auto& [ds, want] : expected) {
+    if (!file.has(ds))
+      throw InputError(fmt::format("{}: checkpoint does not fit {}: tensor {} is missing", path, what, ds));
+    const auto shape = file.shape(ds);
+    if (shape != want)
+      throw InputError(fmt::format("{}: checkpoint does not fit {}: tensor {} has shape [{}] but the "
+                                   "model needs [{}]", path, what, ds, fmt::join(shape, ","),
+                                   fmt::join(want, ",")));
+  }
+  for (const auto& n : file.list(group))
+    if (!names.count(n))
+      throw InputError(fmt::format("{}: checkpoint does not fit {}: tensor {} is not part of it", path,
+                                   what, n));
+}
+
+// The /train state, every value in its range (the batch's index within the epoch is checked
+// against the deck's data by the trainer).
+TrainState read_train_state(const io::CheckpointFile& file) {
+  const std::string& path = file.path();
+  const auto t = file.group_attrs("train");
+  TrainState s;
+  s.step = attr_in(t, "/train", "step", 0, kMaxStep, path);
+  s.epoch = attr_in(t, "/train", "epoch", 0, s.step, path);
+  s.batch_in_epoch = attr_in(t, "/train", "batch_in_epoch", 0, kMaxStep, path);
+  s.samples_seen = attr_in(t, "/train", "samples_seen", s.step, std::numeric_limits<std::int64_t>::max(), path);
+  // Checkpoints before mixed precision have no loss-scale state: the defaults serve them.
+  if (t.count("loss_scale")) {
+    s.loss_scale = attr_as<double>(t, "loss_scale", path);
+    if (!(s.loss_scale >= 1.0 && s.loss_scale <= 16777216.0))
+      throw InputError(fmt::format("{}: checkpoint attribute /train/loss_scale is {}, expected 1 <= "
+                                   "loss_scale <= 2^24", path, s.loss_scale));
+    s.loss_scale_good_steps = attr_in(t, "/train", "loss_scale_good_steps", 0, s.step, path);
+    s.skipped_steps = attr_in(t, "/train", "skipped_steps", 0, s.step, path);
+  }
+  const auto root = file.root_attrs();
+  if (root.count("step") && attr_as<std::int64_t>(root, "step", path) != s.step)
+    throw InputError(fmt::format("{}: checkpoint root attribute step ({}) differs from /train/step "
+                                 "({})", path, io::to_string(root.at("step")), s.step));
+  return s;
+}
+
 }  // namespace
 
 void Checkpointer::load_model(const std::string& path, Model& model, DataParallel* dp) const {
   io::CheckpointFile file(comm_.handle(), path);
   auto& store = model.params();
-  // The checkpoint must hold exactly the deck's tensors with the deck's shapes.
-  // Every rank checks the whole model, whatever part it holds, so all reach the same verdict.
-  const auto names = file.list("model");
   const auto all = logical_params(cfg_, model.shape());
-  for (const auto& p : all) {
-    const std::string ds = "model/" + p.name;
-    if (!file.has(ds))
-      throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} is "
-                                   "missing", path, ds));
-    const auto shape = file.shape(ds);
-    if (shape != to_u64(p.logical_shape))
-      throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} has "
-                                   "shape [{}] but the model needs [{}]",
-                                   path, ds, fmt::join(shape, ","), fmt::join(p.logical_shape, ",")));
-  }
-  for (const auto& n : names) {
-    const bool known = std::any_of(all.begin(), all.end(),
-                                   [&](const auto& p) { return "model/" + p.name == n; });
-    if (!known)
-      throw InputError(fmt::format("{}: checkpoint does not fit the deck's model: tensor {} is not "
-                                   "part of the model", path, n));
-  }
-  // Reads are collective: every rank goes through every tensor of the model, reading nothing of
-  // those another pipeline stage holds.
+  Expected expected;
+  for (const auto& p : all) expected.emplace_back("model/" + p.name, to_u64(p.logical_shape));
+  agree(comm_.handle(), [&] { check_tensors(file, "model", expected, "the deck's model"); });
+
+  // Every rank goes through every tensor of the model, reading nothing of those another pipeline
+  // stage holds; then the parts of each tensor add up to its checksum.
   const bool sharded = dp != nullptr && dp->zero() >= 3;
   auto h_values = Kokkos::create_mirror_view(sharded ? dp->value_shard() : store.values());
   const auto pieces = sharded ? dp->shard_pieces() : std::vector<DataParallel::Piece>{};
   for (const auto& logical : all)
     read_tensor(file, "model/" + logical.name, store, logical, sharded ? &pieces : nullptr, h_values.data());
+  verify(file, slabs(model, sharded ? dp : nullptr, h_values.data(), {}));
   Kokkos::deep_copy(sharded ? dp->value_shard() : store.values(), h_values);
 }
 
-TrainState Checkpointer::load(const std::string& path, Model& model, DataParallel& dp) const {
+TrainState Checkpointer::load(const std::string& path, Model& model, DataParallel& dp) {
   load_model(path, model, &dp);
   Optimizer& opt = dp.optimizer();
   io::CheckpointFile file(comm_.handle(), path);
-  const auto oattrs = file.group_attrs("optimizer");
-  const auto kind = attr_as<std::string>(oattrs, "kind", path);
-  if (kind != opt.kind_name())
-    throw InputError(fmt::format("{}: checkpoint holds {} optimizer state but optimizer.kind = "
-                                 "\"{}\"", path, kind, opt.kind_name()));
+  TrainState s;
+  std::int64_t opt_step = 0;
+  const auto all = logical_params(cfg_, model.shape());
+  agree(comm_.handle(), [&] {
+    const auto oattrs = file.group_attrs("optimizer");
+    const auto kind = attr_as<std::string>(oattrs, "kind", path);
+    if (kind != opt.kind_name())
+      throw InputError(fmt::format("{}: checkpoint holds {} optimizer state but optimizer.kind = "
+                                   "\"{}\"", path, kind, opt.kind_name()));
+    s = read_train_state(file);
+    opt_step = attr_in(oattrs, "/optimizer", "step", 0, s.step, path);
+    Expected expected;
+    for (const auto& p : all)
+      for (const auto& state : opt.state_names())
+        expected.emplace_back("optimizer/" + p.name + "/" + state, to_u64(p.logical_shape));
+    check_tensors(file, "optimizer", expected, fmt::format("optimizer.kind = \"{}\"", opt.kind_name()).c_str());
+  });
+
   const auto& store = model.params();
   const auto pieces = dp.zero() >= 1 ? dp.shard_pieces() : std::vector<DataParallel::Piece>{};
+  std::vector<decltype(Kokkos::create_mirror_view(opt.state(0)))> h_states;
+  std::vector<const float*> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
-    auto h_state = Kokkos::create_mirror_view(opt.state(i));
-    for (const auto& logical : logical_params(cfg_, model.shape())) {
-      const std::string ds = "optimizer/" + logical.name + "/" + opt.state_names()[i];
-      if (!file.has(ds))
-        throw InputError(fmt::format("{}: checkpoint lacks optimizer state {}", path, ds));
-      read_tensor(file, ds, store, logical, dp.zero() >= 1 ? &pieces : nullptr, h_state.data());
-    }
-    Kokkos::deep_copy(opt.state(i), h_state);
+    h_states.push_back(Kokkos::create_mirror_view(opt.state(i)));
+    states.push_back(h_states.back().data());
+    for (const auto& logical : all)
+      read_tensor(file, "optimizer/" + logical.name + "/" + opt.state_names()[i], store, logical,
+                  dp.zero() >= 1 ? &pieces : nullptr, h_states.back().data());
   }
-  opt.set_steps(attr_as<std::int64_t>(oattrs, "step", path));
-  const auto t = file.group_attrs("train");
-  TrainState s;
-  s.step = attr_as<std::int64_t>(t, "step", path);
-  s.epoch = attr_as<std::int64_t>(t, "epoch", path);
-  s.batch_in_epoch = attr_as<std::int64_t>(t, "batch_in_epoch", path);
-  s.samples_seen = attr_as<std::int64_t>(t, "samples_seen", path);
-  // Checkpoints before mixed precision have no loss-scale state: the defaults serve them.
-  if (t.count("loss_scale")) {
-    s.loss_scale = attr_as<double>(t, "loss_scale", path);
-    s.loss_scale_good_steps = attr_as<std::int64_t>(t, "loss_scale_good_steps", path);
-    s.skipped_steps = attr_as<std::int64_t>(t, "skipped_steps", path);
-  }
+  verify(file, slabs(model, &dp, nullptr, states));  // the model's were verified by load_model
+  for (std::size_t i = 0; i < h_states.size(); ++i) Kokkos::deep_copy(opt.state(i), h_states[i]);
+  opt.set_steps(opt_step);
+  resumed_from_ = s.step;
   return s;
+}
+
+void Checkpointer::verify(const io::CheckpointFile& file, const std::vector<io::TensorSlab>& owned) const {
+  std::vector<io::TensorCheck> checks;
+  for (const io::TensorSlab& slab : owned) checks.push_back(io::check_of(slab));
+  file.verify(checks);
 }
 
 }  // namespace tessera

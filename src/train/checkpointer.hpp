@@ -4,10 +4,13 @@
 // the newest `keep` kept. Model tensors and optimizer state are stored in their logical shapes;
 // each rank writes the rows it owns, so no element is written twice.
 #include <cstdint>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
+#include "io/checkpoint_file.hpp"
 #include "train/data_parallel.hpp"
 #include "train/model.hpp"
 
@@ -25,33 +28,60 @@ struct TrainState {
   std::int64_t skipped_steps = 0;          ///< steps whose update an overflow skipped
 };
 
+/// What `--resume auto` continues from.
+struct LatestCheckpoint {
+  std::string path;  ///< the checkpoint, or "" for a fresh start
+  std::string note;  ///< why it is not what `latest` names (for the log), or ""
+};
+
 class Checkpointer {
  public:
   Checkpointer(const Config& cfg, const Communicator& comm);
 
   /// <output_dir>/checkpoints
   const std::string& dir() const { return dir_; }
-  /// \brief Path of the newest complete checkpoint named by `latest`, or "" if none.
-  /// Collective over world (rank 0 looks, everyone learns the answer).
-  std::string find_latest() const;
+  /// \brief The checkpoint `--resume auto` continues from: the one `latest` names (which must
+  /// exist); where `latest` cannot be read (missing, empty, a directory, not a file name), the
+  /// newest step_*.h5 file, which must look resumable; "" where there is no step file at all.
+  /// InputError where the newest checkpoint cannot be resumed: a run never starts over on top of
+  /// checkpoints it could not read. Collective over world (rank 0 looks, everyone learns).
+  LatestCheckpoint find_latest() const;
 
-  /// \brief Writes step_<step>.h5, updates `latest` and drops checkpoints beyond `keep`.
-  /// Collective over world. Returns the path written.
-  std::string save(const Model& model, const DataParallel& dp, const TrainState& state) const;
+  /// \brief Writes step_<step>.h5, points `latest` at it and keeps the newest `keep` of this
+  /// run's checkpoints: those it wrote and those of the run it resumed, up to the step it resumed
+  /// from; a checkpoint of anything else is never deleted. Collective over world; any failure
+  /// (an InputError naming the file that could not be written) is thrown on every rank. Returns
+  /// the path written.
+  std::string save(const Model& model, const DataParallel& dp, const TrainState& state);
 
   /// \brief Loads parameters and optimizer state from `path` into model and opt; collective.
-  /// Throws InputError naming the first tensor that does not fit the model, or the optimizer
-  /// kind when it differs from the deck's.
-  /// Any ZeRO stage reads any checkpoint: a shard reads only its pieces.
-  TrainState load(const std::string& path, Model& model, DataParallel& dp) const;
+  /// Validates before anything is used: exactly the deck's tensors with its shapes (model and
+  /// optimizer state), the optimizer kind, every /train and /optimizer value in its range, and
+  /// every tensor's values against its checksum and for NaN or infinities. InputError on every
+  /// rank naming the file and the first problem. Any ZeRO stage reads any checkpoint: a shard
+  /// reads only its pieces.
+  TrainState load(const std::string& path, Model& model, DataParallel& dp);
 
-  /// \brief Loads only the parameters (evaluation; dp when they are sharded). Collective.
+  /// \brief Loads only the parameters (evaluation; dp when they are sharded), validated as load()
+  /// does. Collective.
   void load_model(const std::string& path, Model& model, DataParallel* dp = nullptr) const;
 
  private:
+  /// This rank's slab of every checkpoint tensor, in the file's order: the model's (if values is
+  /// given) and then, per parameter, its optimizer states (one pointer per state of dp's
+  /// optimizer); each pointing into the given host copies (full, or this rank's shard at ZeRO).
+  std::vector<io::TensorSlab> slabs(const Model& model, const DataParallel* dp, const float* values,
+                                    const std::vector<const float*>& states) const;
+  /// Checks the slabs this rank read against the file's checksums (collective).
+  void verify(const io::CheckpointFile& file, const std::vector<io::TensorSlab>& owned) const;
+  /// Drops stale temporary files and the checkpoints of this run beyond `keep`. Rank 0.
+  void prune() const;
+
   const Config& cfg_;
   const Communicator& comm_;
   std::string dir_;
+  std::set<std::int64_t> written_;   ///< steps this process saved
+  std::int64_t resumed_from_ = -1;   ///< the step load() resumed, or -1
 };
 
 }  // namespace tessera

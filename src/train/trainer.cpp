@@ -241,12 +241,23 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                                          cfg_.train.loss_scale_window);
   if (!resume_path.empty()) {
     state_ = ckpt_->load(resume_path, *model_, *dp_);
+    if (state_.batch_in_epoch >= sampler_->batches_per_epoch())
+      throw InputError(fmt::format("{}: checkpoint attribute /train/batch_in_epoch is {}, but an epoch "
+                                   "of {} /{} at train.global_batch = {} has {} batches (0 to {})",
+                                   resume_path, state_.batch_in_epoch, cfg_.data.path,
+                                   cfg_.data.train_split, cfg_.train.global_batch,
+                                   sampler_->batches_per_epoch(), sampler_->batches_per_epoch() - 1));
     resumed_from_ = last_checkpoint_step_ = state_.step;
     if (scaler_->enabled())
       scaler_->set_state({state_.loss_scale, state_.loss_scale_good_steps, state_.skipped_steps});
   }
-  out_ = std::make_unique<RunOutput>(comm_.is_root(), cfg_.run.output_dir,
-                                     resumed_from_ >= 0 ? std::optional(state_.step) : std::nullopt);
+  // Nothing of the run directory changes before here; rank 0's files, agreed.
+  agree(comm_.handle(), [&] {
+    out_ = std::make_unique<RunOutput>(comm_.is_root(), cfg_.run.output_dir,
+                                       resumed_from_ >= 0 ? std::optional(state_.step) : std::nullopt);
+  });
+  if (!resume_note_.empty()) out_->log("resume: " + resume_note_);
+  for (const std::string& warning : cfg_.warnings) out_->log("warning: " + warning);
 
   const auto& store = model_->params();
   out_->log(fmt::format("tessera {}: {} on {} ranks ({}), data {} ({} train samples)",
@@ -282,30 +293,40 @@ std::int64_t Trainer::total_steps() const {
 }
 
 std::string Trainer::prepare_output_dir(const ResumeRequest& resume) {
-  const std::string latest = resume.mode == ResumeRequest::Mode::automatic ? ckpt_->find_latest() : "";
+  const LatestCheckpoint latest = resume.mode == ResumeRequest::Mode::automatic ? ckpt_->find_latest()
+                                                                                : LatestCheckpoint{};
+  resume_note_ = latest.note;
   std::string resume_path;
   if (resume.mode == ResumeRequest::Mode::path) resume_path = resume.path;
-  if (resume.mode == ResumeRequest::Mode::automatic) resume_path = latest;
+  if (resume.mode == ResumeRequest::Mode::automatic) resume_path = latest.path;
   agree(comm_.handle(), [&] {
     if (!comm_.is_root()) return;
     const fs::path dir(cfg_.run.output_dir);
+    std::error_code ec;
     std::string found;
     for (const char* f : run_files)
-      if (fs::exists(dir / f) && found.empty()) found = (dir / f).string();
+      if (fs::exists(dir / f, ec) && found.empty()) found = (dir / f).string();
+    // Checkpoints are what a run can least afford to lose: a fresh run never deletes one unless
+    // told to (run.overwrite).
+    std::size_t checkpoints = 0;
+    for (fs::directory_iterator it(dir / "checkpoints", ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".h5" && it->path().filename().string().starts_with("step_")) {
+        ++checkpoints;
+        if (found.empty()) found = it->path().string();
+      }
     const bool continuing = !resume_path.empty();
-    const bool finished = fs::exists(dir / "summary.json");
+    const bool finished = fs::exists(dir / "summary.json", ec);
     if (!found.empty() && !continuing && !cfg_.run.overwrite &&
-        (resume.mode == ResumeRequest::Mode::none || finished))
+        (resume.mode == ResumeRequest::Mode::none || finished || checkpoints > 0))
       throw InputError(fmt::format("run.output_dir '{}' already holds a run ({}); continue it "
                                    "with --resume auto, or replace it with --set run.overwrite=true",
                                    cfg_.run.output_dir, found));
     if (!continuing) {
-      // A fresh run: clear what an earlier run left so `latest` cannot point into it.
-      std::error_code ec;
+      // A fresh run: clear what an earlier run left (without a checkpoint, or run.overwrite) so
+      // `latest` cannot point into it.
       for (const char* f : run_files) fs::remove(dir / f, ec);
       fs::remove_all(dir / "checkpoints", ec);
     }
-    std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec)
       throw InputError(fmt::format("run.output_dir '{}': cannot create it: {}", dir.string(), ec.message()));

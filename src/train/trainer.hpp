@@ -76,6 +76,7 @@ class Trainer {
 
   const Config& cfg_;
   const Communicator& comm_;
+  std::string resume_note_;  ///< why --resume auto took another checkpoint than `latest` names
   ExecSpace exec_;
   std::unique_ptr<io::Split> train_, test_;
   std::unique_ptr<Sampler> sampler_;

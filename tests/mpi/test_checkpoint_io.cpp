@@ -198,7 +198,7 @@ TEST(CheckpointIo, AttributesRoundTrip) {
   io::CheckpointFile file(MPI_COMM_WORLD, path);
   std::map<std::string, io::Attr> root = file.root_attrs();
   EXPECT_EQ(root.at("format"), io::Attr(std::string("tessera-checkpoint")));
-  EXPECT_EQ(root.at("format_version"), io::Attr(std::int64_t{1}));
+  EXPECT_EQ(root.at("format_version"), io::Attr(io::kCheckpointFormatVersion));
   EXPECT_EQ(root.at("step"), io::Attr(std::int64_t{1200}));
   EXPECT_EQ(root.at("seed"), io::Attr(std::int64_t{-7}));
   EXPECT_EQ(root.at("lr"), io::Attr(0.125));

@@ -295,8 +295,15 @@ TEST(DeckErrors, Combinations) {
                     {"optimizer.nesterov", "optimizer.momentum = 0"});
   expect_deck_error("[optimizer]\nlr = 0.01\n[schedule]\nkind = \"cosine\"\nmin_lr = 0.1\n", 5,
                     {"schedule.min_lr", "optimizer.lr", "cosine"});
-  expect_deck_error("[schedule]\nwarmup_steps = 40\n[train]\nsteps = 40\n", 2,
-                    {"schedule.warmup_steps = 40", "train.steps = 40"});
+  // A warm-up as long as the run is allowed, with a warning that says what the schedule does.
+  const Config warm = load_deck(write_deck("warm.toml", "[schedule]\nkind = \"cosine\"\nwarmup_steps = 40\n"
+                                                        "[train]\nsteps = 30\n"), {});
+  ASSERT_EQ(warm.warnings.size(), 1u);
+  for (const char* part : {"warm.toml:3", "schedule.warmup_steps = 40", "train.steps = 30",
+                           "ends at 0.75 of optimizer.lr", "cosine schedule never starts"})
+    EXPECT_NE(warm.warnings[0].find(part), std::string::npos) << part << " in " << warm.warnings[0];
+  EXPECT_TRUE(load_deck(write_deck("short_warm.toml", "[schedule]\nwarmup_steps = 5\n[train]\nsteps = 30\n"), {})
+                  .warnings.empty());
   expect_deck_error("[train]\nepochs = 0\n", 2, {"train.epochs", "train.steps"});
   // Fine: epochs 0 with steps, min_lr above lr without cosine, warm-up with epochs.
   const std::string ok = write_deck("ok_combo.toml",
