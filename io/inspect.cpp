@@ -10,7 +10,9 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "io/checkpoint_file.hpp"
 #include "io/h5.hpp"
+#include "io/tensor_check.hpp"
 
 namespace tessera::io {
 
@@ -20,22 +22,30 @@ struct TensorRow {
   std::string name, shape, dtype, norm, min, max;
 };
 
-TensorRow summarize(hid_t file, const std::string& name) {
+// One dataset's row of the table: shape, type and, for numbers, its norm and range, read a block
+// of rows at a time. A float32 dataset that carries a checksum (a checkpoint tensor) must match
+// it, and a checkpoint tensor must hold no NaN or infinity: otherwise the file is damaged.
+TensorRow summarize(hid_t file, const std::string& name, bool checkpoint) {
   h5::Dataset dataset(TESSERA_H5(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
   h5::Datatype type(TESSERA_H5(H5Dget_type(dataset)));
   std::vector<hsize_t> dims = h5::dims(dataset);
   TensorRow row{name, fmt::format("[{}]", fmt::join(dims, ",")), h5::type_name(type), "-", "-", "-"};
   const H5T_class_t kind = H5Tget_class(type);
   if (kind != H5T_FLOAT && kind != H5T_INTEGER) return row;
+  h5::check_storage(dataset, name);  // nothing sized by a shape the file does not hold
 
   // Read in blocks of rows so a large dataset needs little memory.
   const hsize_t rows = dims.empty() ? 1 : dims[0];
   hsize_t row_elems = 1;
   for (std::size_t d = 1; d < dims.size(); ++d) row_elems *= dims[d];
   if (rows == 0 || row_elems == 0) return row;
+  const std::optional<std::uint64_t> stored = h5::find_u64_attr(dataset, kChecksumAttribute);
+  const bool float32 = kind == H5T_FLOAT && H5Tget_size(type) == 4;
   const hsize_t block = std::max<hsize_t>(1, (hsize_t{1} << 20) / row_elems);
   h5::Dataspace file_space(TESSERA_H5(H5Dget_space(dataset)));
   std::vector<double> values;
+  std::vector<float> floats;
+  std::uint64_t checksum = 0;
   double sum_sq = 0.0, lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (hsize_t first = 0; first < rows; first += block) {
     const hsize_t take = std::min(block, rows - first);
@@ -49,13 +59,29 @@ TensorRow summarize(hid_t file, const std::string& name) {
       TESSERA_H5(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr,
                                      count.data(), nullptr));
     }
-    TESSERA_H5(H5Dread(dataset, H5T_NATIVE_DOUBLE, mem, file_space, H5P_DEFAULT, values.data()));
+    if (float32) {
+      floats.resize(elems);
+      TESSERA_H5(H5Dread(dataset, H5T_NATIVE_FLOAT, mem, file_space, H5P_DEFAULT, floats.data()));
+      for (hsize_t k = 0; k < elems; ++k) {
+        values[k] = floats[k];
+        checksum += element_checksum(first * row_elems + k, floats[k]);
+        if (checkpoint && !std::isfinite(floats[k]))
+          h5::fail_with(fmt::format("dataset {} holds {} at element {} (a checkpoint never holds NaN "
+                                    "or infinity: the file is damaged)", name, floats[k],
+                                    first * row_elems + k));
+      }
+    } else {
+      TESSERA_H5(H5Dread(dataset, H5T_NATIVE_DOUBLE, mem, file_space, H5P_DEFAULT, values.data()));
+    }
     for (double v : values) {
       sum_sq += v * v;
       lo = std::min(lo, v);
       hi = std::max(hi, v);
     }
   }
+  if (stored && float32 && *stored != checksum)
+    h5::fail_with(fmt::format("dataset {} does not match its checksum (stored {:#018x}, its values "
+                              "give {:#018x}): the file is damaged", name, *stored, checksum));
   row.norm = fmt::format("{:.6g}", std::sqrt(sum_sq));
   row.min = fmt::format("{:.6g}", lo);
   row.max = fmt::format("{:.6g}", hi);
@@ -96,10 +122,14 @@ void print_table(const std::vector<TensorRow>& rows, std::ostream& out) {
 
 void inspect_checkpoint(const std::string& path, std::ostream& out) {
   if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
+  const h5::InputScope scope(path);
   h5::File file = h5::open_serial(path);
 
   out << path << '\n';
-  print_attrs(h5::read_attrs(file), out);
+  const std::map<std::string, Attr> root = h5::read_attrs(file);
+  const auto format = root.find("format");
+  const bool checkpoint = format != root.end() && format->second == Attr(std::string(kCheckpointFormat));
+  print_attrs(root, out);
   for (const char* group : {"optimizer", "train"}) {
     if (!h5::is_group(file, group)) continue;
     h5::Group g(TESSERA_H5(H5Gopen2(file, group, H5P_DEFAULT)));
@@ -110,7 +140,7 @@ void inspect_checkpoint(const std::string& path, std::ostream& out) {
   }
 
   std::vector<TensorRow> rows;
-  for (const std::string& name : h5::list_datasets(file, "")) rows.push_back(summarize(file, name));
+  for (const std::string& name : h5::list_datasets(file, "")) rows.push_back(summarize(file, name, checkpoint));
   out << '\n';
   print_table(rows, out);
 }

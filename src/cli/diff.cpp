@@ -20,6 +20,7 @@
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/tensor_check.hpp"
 
 namespace tessera::cli {
 
@@ -86,7 +87,8 @@ std::pair<std::uint64_t, std::uint64_t> rank_rows(std::uint64_t rows, int r, int
 // Reads this rank's rows of one tensor from both files, a block at a time, and reduces the maxima
 // over the ranks. Collective: every rank makes the same number of reads, some of nothing.
 TensorDiff compare_tensor(const Communicator& comm, const io::CheckpointFile& a,
-                          const io::CheckpointFile& b, const std::string& name, const Shape& shape) {
+                          const io::CheckpointFile& b, const std::string& name, const Shape& shape,
+                          io::TensorCheck& check_a, io::TensorCheck& check_b) {
   const std::uint64_t rows = shape[0];
   std::uint64_t row_elems = 1;
   for (std::size_t d = 1; d < shape.size(); ++d) row_elems *= shape[d];
@@ -107,6 +109,11 @@ TensorDiff compare_tensor(const Communicator& comm, const io::CheckpointFile& a,
     a.read(name, offset, count, va.data());
     b.read(name, offset, count, vb.data());
     d.add(va.data(), vb.data(), elems);
+    // What was read, for the files' checksums (the ranks' rows cover each tensor once).
+    io::TensorSlab slab{name, shape, offset, count, va.data()};
+    check_a.merge(io::check_of(slab));
+    slab.data = vb.data();
+    check_b.merge(io::check_of(slab));
   }
   double maxima[2] = {d.max_abs, d.max_scale};
   comm.allreduce_max(maxima, 2, Group::world);
@@ -121,6 +128,7 @@ std::vector<Row> compare_all(const Communicator& comm, const io::CheckpointFile&
   names.insert(in_b.begin(), in_b.end());
 
   std::vector<Row> rows;
+  std::vector<io::TensorCheck> checks_a, checks_b;
   for (const std::string& name : names) {
     Row r;
     r.name = name;
@@ -139,13 +147,18 @@ std::vector<Row> compare_all(const Communicator& comm, const io::CheckpointFile&
     } else if (r.shape_a != r.shape_b) {
       r.status = Status::shape_differs;
     } else {
-      r.diff = compare_tensor(comm, a, b, name, r.shape_a);
+      checks_a.push_back(io::TensorCheck{name});
+      checks_b.push_back(io::TensorCheck{name});
+      r.diff = compare_tensor(comm, a, b, name, r.shape_a, checks_a.back(), checks_b.back());
       r.status = r.diff.max_abs == 0.0                                   ? Status::equal
                  : args.tolerance && r.diff.max_rel() > *args.tolerance ? Status::exceeds
                                                                          : Status::differs;
     }
     rows.push_back(std::move(r));
   }
+  // Damage is an error, not a difference.
+  a.verify(checks_a);
+  b.verify(checks_b);
   return rows;
 }
 

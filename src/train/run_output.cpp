@@ -10,7 +10,9 @@
 #include <sstream>
 #include <vector>
 
+#include "core/error.hpp"
 #include "io/metrics_file.hpp"
+#include "io/small_file.hpp"
 
 namespace tessera {
 
@@ -57,6 +59,7 @@ MetricsRow parse_row(const std::string& line) {
   };
   MetricsRow r;
   r.kind = cells[0];
+  if (r.kind != "train" && r.kind != "eval") throw std::invalid_argument("row kind " + r.kind);
   r.step = std::stoll(cells[1]);
   r.epoch = std::stoll(cells[2]);
   r.loss = std::stod(cells[3]);
@@ -73,17 +76,22 @@ MetricsRow parse_row(const std::string& line) {
   return r;
 }
 
-// Keeps the header and the rows whose step is <= last_step (a resumed run rewrites what follows).
+// Keeps the rows whose step is <= last_step (a resumed run rewrites what follows). A line that is
+// not a metrics row is bad input, found before anything is written.
 std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t last_step) {
   std::vector<std::string> kept;
   std::ifstream in(path);
   std::string line;
-  bool header = true;
-  while (std::getline(in, line)) {
-    if (header) { header = false; continue; }
-    const auto c1 = line.find(','), c2 = line.find(',', c1 + 1);
-    if (c1 == std::string::npos || c2 == std::string::npos) continue;
-    if (std::stoll(line.substr(c1 + 1, c2 - c1 - 1)) <= last_step) kept.push_back(line);
+  for (std::size_t number = 1; std::getline(in, line); ++number) {
+    if (number == 1) continue;  // the header
+    MetricsRow row;
+    try {
+      row = parse_row(line);
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("{}:{}: not a metrics row (expected the columns of the header); "
+                                   "fix or delete the line to resume", path.string(), number));
+    }
+    if (row.step <= last_step) kept.push_back(line);
   }
   return kept;
 }
@@ -135,13 +143,7 @@ void RunOutput::metrics(const MetricsRow& r) {
 
 void RunOutput::summary(const nlohmann::json& j) {
   if (!writer_) return;
-  const fs::path final_path = fs::path(dir_) / "summary.json";
-  const fs::path tmp = fs::path(dir_) / "summary.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump(2) << '\n';
-  }
-  fs::rename(tmp, final_path);
+  io::write_file_atomically((fs::path(dir_) / "summary.json").string(), j.dump(2) + "\n");
 }
 
 std::string format_duration(double seconds) {

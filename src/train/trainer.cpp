@@ -461,7 +461,7 @@ double Trainer::train_step(double lr) {
   last_grad_norm_ = grad_norm;
   if (!dp_->skipped() && (reduced[1] > 0.0 || !std::isfinite(loss))) {
     const std::string latest = last_checkpoint_step_ >= 0 ? fmt::format("step {}", last_checkpoint_step_) : "none";
-    out_->summary(summary("numerical_failure"));
+    write_summary("numerical_failure");
     throw NumericError(fmt::format(
         "non-finite loss or gradient at step {} (loss {}, gradient norm {}); the run stopped "
         "before saving anything of this step, and the newest checkpoint ({}) is intact. "
@@ -585,13 +585,18 @@ ExitCode Trainer::run() {
   if (cfg_.checkpoint.at_end && last_checkpoint_step_ != state_.step) checkpoint();
 
   const double wall = StepTimer::now() - run_start_wall_;
-  out_->summary(summary("completed"));
+  write_summary("completed");
   out_->log(fmt::format("done: {} steps in {}, final train loss {:.4f}{}", state_.step,
                         format_duration(wall), last_loss_,
                         last_eval_step_ >= 0 ? fmt::format(", test loss {:.4f} accuracy {:.4f}",
                                                            last_eval_.loss, last_eval_.accuracy)
                                              : std::string()));
   return ExitCode::ok;
+}
+
+void Trainer::write_summary(const std::string& status) {
+  const nlohmann::json j = summary(status);  // collective
+  agree(comm_.handle(), [&] { out_->summary(j); });
 }
 
 nlohmann::json Trainer::summary(const std::string& status) const {
@@ -649,7 +654,7 @@ ExitCode Trainer::stop() {
   out_->log(fmt::format("stop requested by signal: stopping after step {}, writing a checkpoint; "
                         "continue with --resume auto", state_.step));
   if (last_checkpoint_step_ != state_.step) checkpoint();
-  out_->summary(summary("stopped_by_signal"));
+  write_summary("stopped_by_signal");
   return ExitCode::signalled;
 }
 

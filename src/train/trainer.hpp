@@ -73,6 +73,8 @@ class Trainer {
   ExitCode stop();
   void log_memory();
   nlohmann::json summary(const std::string& status) const;
+  /// summary.json, by rank 0; a failure to write it reaches every rank. Collective.
+  void write_summary(const std::string& status);
 
   const Config& cfg_;
   const Communicator& comm_;
