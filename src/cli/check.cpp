@@ -11,6 +11,7 @@
 #include "comm/agree.hpp"
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "io/dataset.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/sampler.hpp"
@@ -48,8 +49,8 @@ void print_groups(const Config& cfg, int ranks) {
     }
 }
 
-void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t train_samples) {
-  const MemoryEstimate e = estimate_memory(cfg, shape);
+void print_estimate(const Config& cfg, const ModelShape& shape, const MemoryEstimate& e,
+                    std::int64_t train_samples) {
   std::cout << fmt::format("model: {}, {} parameters in {} bucket(s); {} steps per epoch\n",
                            describe_model(cfg, shape), e.parameter_count, e.buckets,
                            Sampler(train_samples, cfg.run.seed, cfg.train.global_batch, cfg.train.drop_last)
@@ -59,7 +60,10 @@ void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t tra
                            "buffers {}, input batch {}, total {}\n",
                            cfg.parallel.zero, megabytes(e.parameters), megabytes(e.gradients),
                            megabytes(e.optimizer), megabytes(e.activations), e.micro_batch,
-                           cfg.eval.batch, megabytes(e.comm), megabytes(e.data), megabytes(e.total()));
+                           e.eval_batch, megabytes(e.comm), megabytes(e.data), megabytes(e.total()));
+  const mem::NodeMemory node = mem::node_memory();
+  std::cout << fmt::format("this node: {:.2f} GB ({}); the estimate per rank must fit the node's memory "
+                           "shared by its ranks\n", node.bytes / 1e9, node.source);
 }
 
 }  // namespace
@@ -68,23 +72,30 @@ int check(const DeckArgs& args, int ranks) {
   const int rank = world_rank();
   const int n = ranks > 0 ? ranks : world_size();
   const Config cfg = load_config(args, n);
-  // The data: rank 0 opens it alone (the grid being checked need not be this run's).
+  // The data: rank 0 opens it alone (the grid being checked need not be this run's). Everything
+  // is checked before anything is printed.
   agree(MPI_COMM_WORLD, [&] {
     if (rank != 0) return;
-    {
-      const auto split = io::open_split(MPI_COMM_SELF, cfg.data.path, cfg.data.train_split,
-                                        cfg.model.context, false);
-      const io::Split& train = *split;
-      const ModelShape shape = model_shape(cfg, train.info());
-      std::cout << "# resolved deck\n" << cfg.resolved_toml << "\n";
-      print_groups(cfg, n);
-      std::cout << fmt::format("data: {} /{}: {} samples of {} features, {}\n", cfg.data.path,
-                               cfg.data.train_split, train.info().samples, train.info().features,
-                               shape.classification ? fmt::format("{} classes", shape.outputs)
-                                                    : fmt::format("{} targets", shape.outputs));
-      print_estimate(cfg, shape, train.info().samples);
-      std::cout << fmt::format("deck {} is valid for {} ranks\n", cfg.deck_path, n);
-    }
+    const auto train = io::open_split(MPI_COMM_SELF, cfg.data.path, cfg.data.train_split,
+                                      cfg.model.context, false);
+    const io::SplitInfo& info = train->info();
+    const ModelShape shape = model_shape(cfg, info);
+    const std::int64_t test_samples =
+        eval_enabled(cfg.eval) ? io::open_split(MPI_COMM_SELF, cfg.data.path, cfg.data.test_split,
+                                                cfg.model.context, false)->info().samples
+                               : 0;
+    const MemoryEstimate estimate = estimate_memory(cfg, shape, batch_rows(cfg, info.samples, test_samples));
+    check_memory(cfg, estimate, 1);
+
+    std::cout << "# resolved deck\n" << cfg.resolved_toml << "\n";
+    print_groups(cfg, n);
+    std::cout << fmt::format("data: {} /{}: {} samples of {} features, {}\n", cfg.data.path,
+                             cfg.data.train_split, info.samples, info.features,
+                             shape.classification ? fmt::format("{} classes", shape.outputs)
+                                                  : fmt::format("{} targets", shape.outputs));
+    for (const std::string& warning : cfg.warnings) std::cout << "warning: " << warning << "\n";
+    print_estimate(cfg, shape, estimate, info.samples);
+    std::cout << fmt::format("deck {} is valid for {} ranks\n", cfg.deck_path, n);
   });
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "io/prepare.hpp"
 #include "io/prepare_text.hpp"
 #include "train/checkpointer.hpp"
+#include "train/memory_estimate.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -79,10 +80,14 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
   set_blas_threads(cfg, comm);
   blas::set_matmul_precision(cfg.train.precision);
   const auto split = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.test_split,
-                                    cfg.model.context, cfg.data.cache);
+                                    cfg.model.context, cfg.data.cache, data_cache_limit(comm));
   io::Split& test = *split;
   const ModelShape shape = model_shape(cfg, test.info());
-  Model model(cfg, shape, cfg.eval.batch, {}, model_part(cfg, comm, shape));
+  const BatchRows rows = batch_rows(cfg, 1, test.info().samples);
+  MemoryEstimate estimate = estimate_memory(cfg, shape, {rows.eval, rows.eval});
+  estimate.gradients = estimate.optimizer = estimate.comm = 0;  // evaluation holds neither
+  check_memory(cfg, estimate, comm.ranks_on_node());
+  Model model(cfg, shape, static_cast<int>(rows.eval), {}, model_part(cfg, comm, shape));
   Checkpointer(cfg, comm).load_model(checkpoint, model);
   const EvalResult e = evaluate(cfg, comm, model, test);
   if (comm.is_root())

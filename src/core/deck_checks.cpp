@@ -125,7 +125,8 @@ void resolve_layout(Config& cfg, int world_size) {
   }
 
   // Resolve data = 0 and check that the grid fills the world.
-  const int model_ranks = p.tensor * p.pipeline;
+  // In 64 bits: each dimension is at most 2^20 (the schema), so no product here overflows.
+  const long long model_ranks = static_cast<long long>(p.tensor) * p.pipeline;
   const bool divides = world_size % model_ranks == 0;
   int data = p.data;
   if (data == 0) {
@@ -133,7 +134,7 @@ void resolve_layout(Config& cfg, int world_size) {
       fail("parallel", fmt::format("tensor={} x pipeline={} = {} does not divide the {} ranks mpirun started; "
                                    "run on a multiple of {} ranks",
                                    p.tensor, p.pipeline, model_ranks, world_size, model_ranks));
-    data = world_size / model_ranks;
+    data = static_cast<int>(world_size / model_ranks);
   }
   const long long grid = static_cast<long long>(data) * model_ranks;
   if (grid != world_size) {

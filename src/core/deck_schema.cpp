@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <type_traits>
 
@@ -110,6 +111,12 @@ struct Section {
   }
 };
 
+// Upper limits (docs/deck.md "Limits"): far beyond any machine, low enough that every size the
+// deck implies is computed in 64 bits without overflow.
+constexpr double kMaxWidth = 1 << 24;   // widths, channels, context, hidden sizes
+constexpr double kMaxCount = 1 << 20;   // layers, heads, ranks per grid dimension, micro-batches
+constexpr double kMaxSteps = static_cast<double>(std::int64_t{1} << 48);  // step counts
+
 std::vector<KeySpec> build_schema() {
   constexpr Section<&Config::run> run{"run"};
   constexpr Section<&Config::data> data{"data"};
@@ -135,7 +142,7 @@ std::vector<KeySpec> build_schema() {
     run.key<&R::seed>("seed", at_least(0), "seed of every random stream: initial weights, data order, dropout"),
     run.text<&R::output_dir>("output_dir", Text::non_empty, "directory of log.txt, metrics.csv, summary.json and checkpoints/"),
     run.flag<&R::overwrite>("overwrite", "allow replacing another run's outputs in output_dir"),
-    run.key<&R::blas_threads>("blas_threads", at_least(0), "BLAS threads per rank; 0: cores on the node / ranks on the node, at least 1"),
+    run.key<&R::blas_threads>("blas_threads", closed(0, 4096), "BLAS threads per rank; 0: cores on the node / ranks on the node, at least 1"),
 
     data.text<&D::path>("path", Text::non_empty, "HDF5 dataset file (see `tessera prepare`)"),
     data.text<&D::train_split>("train_split", Text::non_empty, "group of the training split"),
@@ -143,22 +150,22 @@ std::vector<KeySpec> build_schema() {
     data.flag<&D::cache>("cache", "read each split once per rank into memory instead of per batch"),
 
     model.choice<&M::kind>("kind", kModelKinds, "model family"),
-    model.key<&M::hidden>("hidden", at_least(1), "mlp, cnn: widths of the hidden linear layers, input to output; [] is a linear model (cnn: after the convolutions)"),
+    model.key<&M::hidden>("hidden", closed(1, kMaxWidth), "mlp, cnn: widths of the hidden linear layers, input to output; [] is a linear model (cnn: after the convolutions)"),
     model.choice<&M::activation>("activation", kActivations, "activation after each hidden layer"),
     model.choice<&M::loss>("loss", kLossKinds, "auto: cross-entropy for a dataset with labels, MSE for one with targets"),
-    model.key<&M::channels>("channels", at_least(1), "cnn: output channels of each convolution block (conv, ReLU, 2x2 max-pool)"),
-    model.key<&M::kernel>("kernel", at_least(1), "cnn: side of the square convolution kernels (odd; zero padding kernel/2 keeps the size)"),
-    model.key<&M::layers>("layers", at_least(1), "gpt: transformer blocks"),
-    model.key<&M::heads>("heads", at_least(1), "gpt: attention heads per block (divides model.width)"),
-    model.key<&M::width>("width", at_least(1), "gpt: embedding width"),
-    model.key<&M::context>("context", at_least(1), "gpt: tokens per training sequence (and most a prompt plus generated tokens can see)"),
+    model.key<&M::channels>("channels", closed(1, kMaxWidth), "cnn: output channels of each convolution block (conv, ReLU, 2x2 max-pool)"),
+    model.key<&M::kernel>("kernel", closed(1, 4095), "cnn: side of the square convolution kernels (odd; zero padding kernel/2 keeps the size)"),
+    model.key<&M::layers>("layers", closed(1, kMaxCount), "gpt: transformer blocks"),
+    model.key<&M::heads>("heads", closed(1, kMaxCount), "gpt: attention heads per block (divides model.width)"),
+    model.key<&M::width>("width", closed(1, kMaxWidth), "gpt: embedding width"),
+    model.key<&M::context>("context", closed(1, kMaxWidth), "gpt: tokens per training sequence (and most a prompt plus generated tokens can see)"),
 
-    parallel.key<&P::data>("data", at_least(0), "data-parallel ranks; 0: world size / (tensor * pipeline)"),
-    parallel.key<&P::tensor>("tensor", at_least(1), "tensor-parallel ranks (Megatron: column- then row-parallel layers); must divide every hidden width"),
-    parallel.key<&P::pipeline>("pipeline", at_least(1), "pipeline stages (at most the number of layers)"),
-    parallel.key<&P::micro_batches>("micro_batches", at_least(1), "micro-batches per data-parallel rank and step (gradients accumulate)"),
+    parallel.key<&P::data>("data", closed(0, kMaxCount), "data-parallel ranks; 0: world size / (tensor * pipeline)"),
+    parallel.key<&P::tensor>("tensor", closed(1, kMaxCount), "tensor-parallel ranks (Megatron: column- then row-parallel layers); must divide every hidden width"),
+    parallel.key<&P::pipeline>("pipeline", closed(1, kMaxCount), "pipeline stages (at most the number of layers)"),
+    parallel.key<&P::micro_batches>("micro_batches", closed(1, kMaxCount), "micro-batches per data-parallel rank and step (gradients accumulate)"),
     parallel.choice<&P::schedule>("schedule", kPipelineSchedules, "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (one forward, one backward after warm-up)"),
-    parallel.key<&P::stages>("stages", at_least(1), "layers per pipeline stage, first to last (sums to the layer count); []: balanced by cost"),
+    parallel.key<&P::stages>("stages", closed(1, kMaxCount), "layers per pipeline stage, first to last (sums to the layer count); []: balanced by cost"),
     parallel.key<&P::zero>("zero", closed(0, 3), "ZeRO stage over the data group: 0 off, 1 shards optimizer state, 2 also gradients, 3 also parameters"),
 
     optimizer.choice<&O::kind>("kind", kOptimizerKinds, "optimizer"),
@@ -172,33 +179,33 @@ std::vector<KeySpec> build_schema() {
     optimizer.key<&O::clip_grad_norm>("clip_grad_norm", at_least(0), "clip the global gradient norm to this; 0: no clipping"),
 
     schedule.choice<&S::kind>("kind", kScheduleKinds, "learning-rate schedule after the warm-up"),
-    schedule.key<&S::warmup_steps>("warmup_steps", at_least(0), "linear warm-up from 0 to optimizer.lr over this many steps (all kinds)"),
+    schedule.key<&S::warmup_steps>("warmup_steps", closed(0, kMaxSteps), "linear warm-up from 0 to optimizer.lr over this many steps (all kinds)"),
     schedule.key<&S::min_lr>("min_lr", at_least(0), "cosine: learning rate reached at the last step"),
-    schedule.key<&S::step_size>("step_size", at_least(1), "step: multiply the learning rate by gamma every step_size steps"),
+    schedule.key<&S::step_size>("step_size", closed(1, kMaxSteps), "step: multiply the learning rate by gamma every step_size steps"),
     schedule.key<&S::gamma>("gamma", open_closed(0, 1), "step: factor applied every step_size steps"),
 
     train.key<&T::epochs>("epochs", at_least(0, "(>= 1 unless train.steps > 0)"), "passes over the training split"),
-    train.key<&T::steps>("steps", at_least(0), "optimizer steps; when > 0 it wins over epochs"),
+    train.key<&T::steps>("steps", closed(0, kMaxSteps), "optimizer steps; when > 0 it wins over epochs"),
     train.key<&T::global_batch>("global_batch", at_least(1), "samples per optimizer step, summed over all ranks"),
     train.key<&T::log_every>("log_every", at_least(1), "log a train row to metrics.csv every this many steps"),
     train.flag<&T::drop_last>("drop_last", "drop the last partial global batch of an epoch"),
     train.flag<&T::recompute>("recompute", "activation recomputation: keep each block's input only and recompute its forward during backward"),
     train.choice<&T::precision>("precision", kPrecisions, "activations and matrix products in fp32, bf16 or fp16; master weights, optimizer and reductions stay fp32"),
-    train.key<&T::loss_scale>("loss_scale", above(0), "fp16: initial dynamic loss scale (halved and the step skipped on overflow)"),
+    train.key<&T::loss_scale>("loss_scale", open_closed(0, 16777216), "fp16: initial dynamic loss scale (halved and the step skipped on overflow)"),
     train.key<&T::loss_scale_window>("loss_scale_window", at_least(1), "fp16: double the loss scale after this many steps without overflow"),
 
     eval.flag<&E::every_epoch>("every_epoch", "evaluate on the test split at the end of every epoch"),
-    eval.key<&E::every_steps>("every_steps", at_least(0), "also evaluate every this many steps; 0: off"),
+    eval.key<&E::every_steps>("every_steps", closed(0, kMaxSteps), "also evaluate every this many steps; 0: off"),
     eval.flag<&E::at_end>("at_end", "evaluate once more at the end of training"),
     eval.key<&E::batch>("batch", at_least(1), "samples per rank per evaluation batch"),
 
-    checkpoint.key<&C::every_steps>("every_steps", at_least(0), "write a checkpoint every this many steps; 0: only at the end"),
+    checkpoint.key<&C::every_steps>("every_steps", closed(0, kMaxSteps), "write a checkpoint every this many steps; 0: only at the end"),
     checkpoint.key<&C::keep>("keep", at_least(0), "newest complete checkpoints kept; 0 keeps all"),
     checkpoint.flag<&C::at_end>("at_end", "write a checkpoint at the end of training"),
 
     comm.choice<&CommConfig::allreduce>("allreduce", kAllreduceAlgorithms, "gradient allreduce algorithm: mpi (MPI_Allreduce), ring (reduce-scatter + allgather), parameter-server (through rank 0)"),
-    comm.key<&CommConfig::ring_segment_kb>("ring_segment_kb", at_least(1), "ring and parameter-server: KiB per point-to-point message, so large buffers pipeline"),
-    comm.key<&CommConfig::bucket_mb>("bucket_mb", above(0), "gradient bucket size in MB (whole layers, filled from the last layer backwards); the unit of exchange and of ZeRO-3 gathering"),
+    comm.key<&CommConfig::ring_segment_kb>("ring_segment_kb", closed(1, 1 << 20), "ring and parameter-server: KiB per point-to-point message, so large buffers pipeline"),
+    comm.key<&CommConfig::bucket_mb>("bucket_mb", open_closed(0, 1 << 20), "gradient bucket size in MB (whole layers, filled from the last layer backwards); the unit of exchange and of ZeRO-3 gathering"),
     comm.flag<&CommConfig::overlap>("overlap", "start each full bucket's exchange (nonblocking, MPI's own algorithm) while backward continues"),
     comm.flag<&CommConfig::no_sync>("no_sync", "with micro_batches > 1 and zero <= 1: accumulate locally and exchange once per step; false: exchange every micro-batch"),
     comm.choice<&CommConfig::backend>("backend", kCommBackends, "how buffers travel: auto (host memory: mpi; device memory: nccl if built, else cuda-aware-mpi if MPI says so, else staged), mpi, cuda-aware-mpi (device pointers to MPI), staged (through a pinned host buffer), nccl"),
@@ -206,7 +213,12 @@ std::vector<KeySpec> build_schema() {
   // clang-format on
 }
 
-std::string number(double v) { return fmt::format("{}", v); }
+// A bound as a reader takes it in: 1048576 and above, a power of two as "2^20".
+std::string number(double v) {
+  int exponent = 0;
+  if (v >= 1048576 && std::frexp(v, &exponent) == 0.5) return fmt::format("2^{}", exponent - 1);
+  return fmt::format("{}", v);
+}
 
 std::string range_text(const Range& r) {
   std::string s;

@@ -1,10 +1,13 @@
 #include "core/memory.hpp"
 
+#include <unistd.h>
+
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>
 
 #include <atomic>
 #include <cstdint>
+#include <fstream>
 
 namespace tessera::mem {
 
@@ -63,6 +66,23 @@ std::size_t current(Category c) {
 
 std::size_t peak(Category c) {
   return static_cast<std::size_t>(std::max<std::int64_t>(0, g_peak.at(static_cast<std::size_t>(c)).load()));
+}
+
+NodeMemory node_memory() {
+  NodeMemory m;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  m.bytes = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+  m.source = "physical memory";
+  // A cgroup (v2, then v1) may allow less.
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    double limit = 0;
+    if (in >> limit && limit > 0 && (m.bytes == 0 || limit < m.bytes)) {
+      m.bytes = limit;
+      m.source = std::string("cgroup limit ") + path;
+    }
+  }
+  return m;
 }
 
 }  // namespace tessera::mem

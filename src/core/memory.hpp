@@ -25,4 +25,12 @@ bool tracking_installed();
 std::size_t current(Category c);
 std::size_t peak(Category c);
 
+/// The memory this process's node gives it: the physical memory, or the cgroup's limit where one
+/// is set and lower (a Slurm job with --mem), with where the number came from.
+struct NodeMemory {
+  double bytes = 0;
+  std::string source;  ///< "MemTotal", "cgroup memory.max", ...
+};
+NodeMemory node_memory();
+
 }  // namespace tessera::mem

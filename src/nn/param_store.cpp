@@ -27,9 +27,8 @@ template <class T>
 std::size_t ParamStore<T>::add(const std::string& name, std::vector<std::int64_t> shape,
                                InitKind init, double bound, Placement placement) {
   if (planned_) throw std::logic_error(fmt::format("tessera::ParamStore::add('{}') after plan()", name));
-  for (const auto& info : infos_)
-    if (info.name == name)
-      throw std::logic_error(fmt::format("tessera::ParamStore::add: parameter '{}' exists", name));
+  if (index_.count(name))
+    throw std::logic_error(fmt::format("tessera::ParamStore::add: parameter '{}' exists", name));
   std::size_t size = 1;
   for (const std::int64_t extent : shape) {
     if (extent < 0)
@@ -55,6 +54,7 @@ std::size_t ParamStore<T>::add(const std::string& name, std::vector<std::int64_t
   info.unit = units_ - 1;
   info.init = init;
   info.bound = bound;
+  index_.emplace(info.name, infos_.size());
   infos_.push_back(std::move(info));
   return infos_.size() - 1;
 }
@@ -212,9 +212,14 @@ void ParamStore<T>::zero_grads(const ExecSpace& exec) {
 
 template <class T>
 std::size_t ParamStore<T>::find(const std::string& name) const {
-  for (std::size_t i = 0; i < infos_.size(); ++i)
-    if (infos_[i].name == name) return i;
+  if (const auto i = index_of(name)) return *i;
   throw std::out_of_range(fmt::format("tessera::ParamStore: no parameter named '{}'", name));
+}
+
+template <class T>
+std::optional<std::size_t> ParamStore<T>::index_of(const std::string& name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? std::nullopt : std::optional<std::size_t>(it->second);
 }
 
 template <class T>

@@ -20,7 +20,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/views.hpp"
@@ -112,6 +114,8 @@ class ParamStore {
 
   /// Index of the parameter called `name`; throws std::out_of_range when there is none.
   std::size_t find(const std::string& name) const;
+  /// \brief The index of the parameter `name`, or nullopt where this store has none of that name.
+  std::optional<std::size_t> index_of(const std::string& name) const;
 
   /// Parameter i's values (size), its gradient, and both as a matrix (2-D parameters only).
   VectorU<T> value(std::size_t i) const { return VectorU<T>(value_ptr(i), at(i).size); }
@@ -150,6 +154,7 @@ class ParamStore {
   MatrixU<T> matrix(T* data, std::size_t i) const;
 
   std::vector<ParamInfo> infos_;
+  std::unordered_map<std::string, std::size_t> index_;  // name -> position in infos_
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> unit_bucket_;
   std::vector<bool> solo_;  // per unit begun: solo or not

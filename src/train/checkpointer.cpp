@@ -206,8 +206,7 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataPa
   const std::vector<std::string> state_names = dp != nullptr ? dp->optimizer().state_names()
                                                              : std::vector<std::string>{};
   for (const auto& logical : logical_params(cfg_, model.shape())) {
-    std::size_t i = 0;
-    while (i < store.infos().size() && store.infos()[i].name != logical.name) ++i;
+    const std::size_t i = store.index_of(logical.name).value_or(store.infos().size());
     const auto none = [&](const std::string& path) {
       io::TensorSlab empty;
       empty.path = path;
@@ -303,8 +302,7 @@ namespace {
 // parameter belongs to another pipeline stage. Collective over the file's communicator.
 void read_tensor(const io::CheckpointFile& file, const std::string& ds, const nn::ParamStore<float>& store,
                  const nn::ParamInfo& logical, const std::vector<DataParallel::Piece>* pieces, float* out) {
-  std::size_t i = 0;
-  while (i < store.infos().size() && store.infos()[i].name != logical.name) ++i;
+  const std::size_t i = store.index_of(logical.name).value_or(store.infos().size());
   if (i == store.infos().size()) {
     const std::vector<std::uint64_t> none(logical.logical_shape.size(), 0);
     file.read(ds, none, none, nullptr);

@@ -2,12 +2,28 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
 #include "train/data_parallel.hpp"
 #include "train/trainer.hpp"
 
 namespace tessera {
 
-MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape) {
+BatchRows batch_rows(const Config& cfg, std::int64_t train_samples, std::int64_t test_samples) {
+  const std::int64_t parts = static_cast<std::int64_t>(cfg.parallel.data) * cfg.parallel.micro_batches;
+  const std::int64_t global = std::min<std::int64_t>(cfg.train.global_batch, std::max<std::int64_t>(1, train_samples));
+  BatchRows r;
+  r.micro = (global + parts - 1) / parts;
+  if (test_samples > 0) {
+    const std::int64_t share = (test_samples + cfg.parallel.data - 1) / cfg.parallel.data;
+    r.eval = std::max<std::int64_t>(1, std::min<std::int64_t>(cfg.eval.batch, share));
+  }
+  return r;
+}
+
+MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const BatchRows& batch) {
   // The model's real parameter layout (registered, not allocated): buckets and shards as a run
   // would plan them.
   nn::ParamStore<float> store;
@@ -31,8 +47,9 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape) {
   const bool accumulate = zero >= 1 && cfg.parallel.micro_batches > 1 && (zero >= 2 || !cfg.comm.no_sync);
   e.comm = accumulate ? 4.0 * shard : 0.0;
 
-  e.micro_batch = micro_batch_rows(cfg);
-  const auto rows = static_cast<double>(std::max<std::int64_t>(e.micro_batch, cfg.eval.batch));
+  e.micro_batch = batch.micro > 0 ? batch.micro : micro_batch_rows(cfg);
+  e.eval_batch = batch.micro > 0 ? batch.eval : cfg.eval.batch;
+  const auto rows = static_cast<double>(std::max<std::int64_t>(e.micro_batch, e.eval_batch));
   double act = 0;
   if (cfg.model.kind == ModelKind::gpt) {
     // Per token of a micro-batch in flight, per block: ln_1, x1, ln_2 and the block's output (C
@@ -55,6 +72,21 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape) {
   e.activations = 4.0 * act;
   e.data = 4.0 * static_cast<double>(e.micro_batch) * static_cast<double>(shape.in_features);
   return e;
+}
+
+void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node) {
+  const mem::NodeMemory node = mem::node_memory();
+  const double need = e.total() * ranks_on_node;
+  if (node.bytes <= 0 || need <= node.bytes) return;
+  const bool acts = e.activations >= e.parameters + e.gradients + e.optimizer;
+  throw InputError(fmt::format(
+      "the run needs about {:.3g} GB per rank (estimate: parameters {:.3g}, gradients {:.3g}, optimizer "
+      "state {:.3g}, activations {:.3g} GB), {:.3g} GB for the {} rank(s) on this node, more than its "
+      "{:.3g} GB ({}); {}", e.total() / 1e9, e.parameters / 1e9, e.gradients / 1e9, e.optimizer / 1e9,
+      e.activations / 1e9, need / 1e9, ranks_on_node, node.bytes / 1e9, node.source,
+      acts ? "lower train.global_batch, eval.batch or the model's widths, or add parallel.micro_batches "
+             "or ranks"
+           : "lower the model's widths, or shard it (parallel.tensor, parallel.pipeline, parallel.zero)"));
 }
 
 }  // namespace tessera

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.hpp"
 #include "nn/gpt.hpp"
@@ -49,6 +50,52 @@ std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape) {
   std::vector<int> back{layers};
   for (int s = stages, i = layers; s > 0; --s) back.push_back(i = cut[s][i]);
   return {back.rbegin(), back.rend()};
+}
+
+void check_model_size(const Config& cfg, const ModelShape& shape) {
+  constexpr double kMaxTensor = 1099511627776.0;  // 2^40 elements
+  constexpr double kMaxFeatures = 2147483647.0;   // values per sample travel as int extents
+  const auto count = [](double v) { return fmt::format("{:.4g}", v); };
+  if (static_cast<double>(shape.in_features) > kMaxFeatures || static_cast<double>(shape.outputs) > kMaxFeatures)
+    throw InputError(fmt::format("the data's samples have {} values and {} outputs; at most {} each",
+                                 shape.in_features, shape.outputs, count(kMaxFeatures)));
+  double total = 0;
+  const auto tensor = [&](double elements, const char* key, const std::string& what) {
+    if (elements > kMaxTensor)
+      throw InputError(fmt::format("{}: {} would hold {} values; a tensor holds at most 2^40", key, what,
+                                   count(elements)));
+    total += elements;
+    if (total > kMaxTensor)
+      throw InputError(fmt::format("{}: the model would hold more than 2^40 parameters", key));
+  };
+  // Linear layers from `in` through the hidden widths to the outputs.
+  const auto linear = [&](double in) {
+    for (std::size_t i = 0; i <= cfg.model.hidden.size(); ++i) {
+      const double out = i < cfg.model.hidden.size() ? cfg.model.hidden[i] : static_cast<double>(shape.outputs);
+      tensor(in * out + out, "model.hidden", fmt::format("linear layer {} ({} x {})", i, in, out));
+      in = out;
+    }
+  };
+  if (cfg.model.kind == ModelKind::gpt) {
+    const double C = cfg.model.width, V = static_cast<double>(shape.outputs), T = cfg.model.context;
+    tensor(V * C, "model.width", fmt::format("the token embedding ({} x {})", V, C));
+    tensor(T * C, "model.context", fmt::format("the position embedding ({} x {})", T, C));
+    for (int b = 0; b < cfg.model.layers; ++b)
+      tensor(12 * C * C + 13 * C, "model.layers", fmt::format("block {}", b));
+  } else if (cfg.model.kind == ModelKind::cnn) {
+    const nn::CnnShape c = cnn_shape(cfg, shape);
+    double in = c.channels, h = c.height, w = c.width;
+    for (std::size_t i = 0; i < c.conv.size(); ++i) {
+      tensor(c.conv[i] * in * c.kernel * c.kernel + c.conv[i], "model.channels",
+             fmt::format("convolution {} ({} x {} x {} x {})", i, c.conv[i], in, c.kernel, c.kernel));
+      in = c.conv[i];
+      h = std::floor(h / 2);
+      w = std::floor(w / 2);
+    }
+    linear(in * h * w);
+  } else {
+    linear(static_cast<double>(shape.in_features));
+  }
 }
 
 nn::CnnShape cnn_shape(const Config& cfg, const ModelShape& shape) {

@@ -46,6 +46,12 @@ struct ModelPart {
 /// parallel.stages when given, else contiguous stages balanced by each layer's multiply-adds.
 std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape);
 
+/// \brief InputError naming the deck key where a parameter tensor would hold more than 2^40
+/// values, or the model more than 2^40 parameters, or the data's samples more than 2^31 - 1 values:
+/// far beyond any node, and below them every size Tessera derives fits its integer types. Call
+/// before anything is built from the shape.
+void check_model_size(const Config& cfg, const ModelShape& shape);
+
 /// \brief The CNN's dimensions from the deck and the data's image shape; InputError where the
 /// data are no images or the pools would shrink them away.
 nn::CnnShape cnn_shape(const Config& cfg, const ModelShape& shape);

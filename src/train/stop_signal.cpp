@@ -17,6 +17,9 @@ void install_stop_handlers() {
   action.sa_flags = SA_RESTART;  // a signal must not fail an MPI or file call half-way
   sigaction(SIGUSR1, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  // Ctrl-C reaching a rank directly asks for the same stop; a second one ends it at once.
+  action.sa_flags |= SA_RESETHAND;
+  sigaction(SIGINT, &action, nullptr);
 }
 
 int stop_signal() { return received; }

@@ -14,6 +14,7 @@
 #include "blas/gemm.hpp"
 #include "optim/schedule.hpp"
 #include "train/pipeline.hpp"
+#include "train/memory_estimate.hpp"
 #include "train/stop_signal.hpp"
 #include "train/threads.hpp"
 
@@ -26,7 +27,17 @@ namespace {
 constexpr bool host_accessible = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
 const char* run_files[] = {"summary.json", "metrics.csv", "log.txt"};
 
+}  // namespace
+
 bool eval_enabled(const EvalConfig& e) { return e.every_epoch || e.every_steps > 0 || e.at_end; }
+
+std::uint64_t data_cache_limit(const Communicator& comm) {
+  // Half of each rank's share of the node: the rest is for the model.
+  const double share = mem::node_memory().bytes / 2 / comm.ranks_on_node();
+  return share > 0 ? static_cast<std::uint64_t>(share) : io::kNoCacheLimit;
+}
+
+namespace {
 
 // Reads `indices` of a split into device buffers; collective over the split's communicator.
 // Host staging is skipped where device memory is host-accessible.
@@ -111,6 +122,7 @@ ModelShape model_shape(const Config& cfg, const io::SplitInfo& info) {
     throw InputError(fmt::format("model.loss = \"mse\" needs float targets, but {} /{} holds "
                                  "class labels; use model.loss = \"cross_entropy\" or \"auto\"",
                                  info.file, info.split));
+  check_model_size(cfg, s);
   return s;
 }
 
@@ -147,8 +159,8 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
   std::vector<std::int64_t> all(static_cast<std::size_t>(info.samples));
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
   const auto mine = Sampler::part(all, r, dp);
-  const auto batch = static_cast<std::size_t>(cfg.eval.batch);
   const std::size_t largest = (all.size() + static_cast<std::size_t>(dp) - 1) / static_cast<std::size_t>(dp);
+  const auto batch = static_cast<std::size_t>(batch_rows(cfg, 1, info.samples).eval);
   const std::size_t rounds = (largest + batch - 1) / batch;
 
   std::vector<float> h_x, h_t;
@@ -202,12 +214,13 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
 
   // Data first: the model's shape comes from it.
   const MPI_Comm data_comm = comm_.handle(Group::data);
+  const std::uint64_t cache_limit = data_cache_limit(comm_);
   train_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.train_split, cfg_.model.context,
-                          cfg_.data.cache);
+                          cfg_.data.cache, cache_limit);
   const ModelShape shape = model_shape(cfg_, train_->info());
   if (eval_enabled(cfg_.eval)) {
     test_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.test_split, cfg_.model.context,
-                           cfg_.data.cache);
+                           cfg_.data.cache, cache_limit);
     const auto& ti = test_->info();
     if (ti.features != shape.in_features || ti.has_labels != shape.classification ||
         (ti.has_labels ? ti.classes > shape.outputs : ti.target_width != shape.outputs))
@@ -217,12 +230,15 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                                    ti.has_labels ? ti.classes : ti.target_width, shape.outputs));
   }
 
-  const int micro = micro_batch_rows(cfg_);
+  // Buffers as large as the data need, and no run the node cannot hold.
+  const BatchRows rows = batch_rows(cfg_, train_->info().samples, test_ ? test_->info().samples : 0);
+  check_memory(cfg_, estimate_memory(cfg_, shape, rows), comm_.ranks_on_node());
+  const auto micro = static_cast<int>(rows.micro);
   ParamLayout layout;
   layout.shards = DataParallel::shards(cfg_, comm_);
   layout.bucket_elements = DataParallel::bucket_elements(cfg_);
   layout.storage = DataParallel::storage(cfg_.parallel.zero);
-  model_ = std::make_unique<Model>(cfg_, shape, std::max(micro, test_ ? cfg_.eval.batch : 1), layout,
+  model_ = std::make_unique<Model>(cfg_, shape, static_cast<int>(std::max(rows.micro, rows.eval)), layout,
                                    model_part(cfg_, comm_, shape, &tensor_seconds_));
   dp_ = std::make_unique<DataParallel>(cfg_, comm_, model_->params());
   model_->set_hooks(dp_.get());

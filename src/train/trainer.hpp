@@ -36,6 +36,13 @@ struct EvalResult {
 /// \brief The shape the dataset imposes on the model; throws InputError if loss and data disagree.
 ModelShape model_shape(const Config& cfg, const io::SplitInfo& info);
 
+/// \brief True where the deck evaluates on the test split (every epoch, every N steps or at the end).
+bool eval_enabled(const EvalConfig& e);
+
+/// \brief The most bytes a rank may cache of a split (data.cache): half its share of the node's
+/// memory (mem::node_memory() over the ranks on the node).
+std::uint64_t data_cache_limit(const Communicator& comm);
+
 /// \brief Rows of the largest micro-batch a data rank trains on: the global batch split over the
 /// data ranks and then over the micro-batches, rounded up.
 int micro_batch_rows(const Config& cfg);

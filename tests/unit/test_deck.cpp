@@ -219,7 +219,7 @@ TEST(DeckErrors, WrongTypes) {
   expect_deck_error("[model]\nhidden = 64\n", 2, {"model.hidden: expected an array of integers"});
   expect_deck_error("[model]\nhidden = [\n  64,\n  64.5,\n]\n", 4,
                     {"model.hidden: expected an array of integers, got a float 64.5"});
-  expect_deck_error("[model]\nhidden = [64, 0]\n", 2, {"model.hidden: 0 is out of range", "integers >= 1"});
+  expect_deck_error("[model]\nhidden = [64, 0]\n", 2, {"model.hidden: 0 is out of range", "integers in [1, 2^24]"});
   expect_deck_error("[optimizer]\nkind = \"adam\"\n", 2,
                     {"optimizer.kind: unknown value \"adam\"", "one of \"sgd\", \"adamw\"", "did you mean \"adamw\"?"});
   expect_deck_error("[model]\nactivation = \"tanh\"\n", 2, {"model.activation", "\"relu\", \"gelu\""});
@@ -250,13 +250,14 @@ TEST(DeckErrors, OutOfRange) {
   };
   const std::vector<Case> cases = {
       {"run", "seed", "-1", "an integer >= 0"},
-      {"run", "blas_threads", "-2", "an integer >= 0"},
+      {"run", "blas_threads", "-2", "an integer in 0..4096"},
       {"run", "output_dir", "\"\"", "a non-empty string"},
       {"data", "path", "\"\"", "a non-empty string"},
-      {"parallel", "data", "-1", "an integer >= 0"},
-      {"parallel", "tensor", "0", "an integer >= 1"},
-      {"parallel", "pipeline", "0", "an integer >= 1"},
-      {"parallel", "micro_batches", "0", "an integer >= 1"},
+      {"parallel", "data", "-1", "an integer in 0..2^20"},
+      {"parallel", "tensor", "0", "an integer in 1..2^20"},
+      {"parallel", "tensor", "65536000", "an integer in 1..2^20"},
+      {"parallel", "pipeline", "0", "an integer in 1..2^20"},
+      {"parallel", "micro_batches", "0", "an integer in 1..2^20"},
       {"parallel", "zero", "4", "an integer in 0..3"},
       {"optimizer", "lr", "0", "a float > 0"},
       {"optimizer", "lr", "nan", "a float > 0"},
@@ -268,19 +269,23 @@ TEST(DeckErrors, OutOfRange) {
       {"optimizer", "eps", "0.0", "a float > 0"},
       {"optimizer", "weight_decay", "-1e-4", "a float >= 0"},
       {"optimizer", "clip_grad_norm", "-1", "a float >= 0"},
-      {"schedule", "warmup_steps", "-1", "an integer >= 0"},
+      {"schedule", "warmup_steps", "-1", "an integer in 0..2^48"},
       {"schedule", "min_lr", "-0.5", "a float >= 0"},
-      {"schedule", "step_size", "0", "an integer >= 1"},
+      {"schedule", "step_size", "0", "an integer in 1..2^48"},
       {"schedule", "gamma", "0", "a float in (0, 1]"},
       {"schedule", "gamma", "1.5", "a float in (0, 1]"},
       {"train", "epochs", "-1", "an integer >= 0 (>= 1 unless train.steps > 0)"},
-      {"train", "steps", "-1", "an integer >= 0"},
+      {"train", "steps", "-1", "an integer in 0..2^48"},
+      {"train", "steps", "4611686018427387904", "an integer in 0..2^48"},
       {"train", "global_batch", "0", "an integer >= 1"},
       {"train", "global_batch", "3000000000", "an integer >= 1"},  // does not fit an int
       {"train", "log_every", "0", "an integer >= 1"},
-      {"eval", "every_steps", "-1", "an integer >= 0"},
+      {"eval", "every_steps", "-1", "an integer in 0..2^48"},
       {"eval", "batch", "0", "an integer >= 1"},
-      {"checkpoint", "every_steps", "-5", "an integer >= 0"},
+      {"checkpoint", "every_steps", "-5", "an integer in 0..2^48"},
+      {"model", "width", "2147483647", "an integer in 1..2^24"},
+      {"model", "channels", "[16, 2147483647]", "an array of integers in [1, 2^24]"},
+      {"comm", "bucket_mb", "1e300", "a float in (0, 2^20]"},
       {"checkpoint", "keep", "-1", "an integer >= 0"},
   };
   for (const auto& c : cases) {
