@@ -67,6 +67,45 @@ std::size_t row_elements(const std::vector<hsize_t>& dims) {
                          [](std::size_t a, hsize_t b) { return a * b; });
 }
 
+std::vector<RowRange> coalesce(const std::vector<RowRange>& ranges, std::size_t max_ranges) {
+  if (ranges.size() <= max_ranges || max_ranges == 0) return ranges;
+  // Merge every gap below the (n - max)-th smallest, and as many equal to it as needed.
+  std::vector<std::int64_t> gaps(ranges.size() - 1);
+  for (std::size_t i = 0; i + 1 < ranges.size(); ++i)
+    gaps[i] = ranges[i + 1].first - (ranges[i].first + ranges[i].count);
+  std::vector<std::int64_t> sorted = gaps;
+  const std::size_t merges = ranges.size() - max_ranges;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(merges - 1), sorted.end());
+  const std::int64_t threshold = sorted[merges - 1];
+  std::size_t below = 0;
+  for (std::int64_t g : gaps) below += g < threshold ? 1 : 0;
+  std::size_t equal_left = merges - below;
+  std::vector<RowRange> out{ranges.front()};
+  for (std::size_t i = 0; i + 1 < ranges.size(); ++i) {
+    const bool merge = gaps[i] < threshold || (gaps[i] == threshold && equal_left > 0);
+    if (merge && gaps[i] == threshold) --equal_left;
+    if (merge) out.back().count = ranges[i + 1].first + ranges[i + 1].count - out.back().first;
+    else out.push_back(ranges[i + 1]);
+  }
+  return out;
+}
+
+RangeIndex::RangeIndex(std::vector<RowRange> ranges) : ranges_(std::move(ranges)) {
+  std::int64_t at = 0;
+  for (const RowRange& r : ranges_) {
+    starts_.push_back(at);
+    at += r.count;
+  }
+}
+
+std::int64_t RangeIndex::position(std::int64_t row) const {
+  // The last range starting at or before row.
+  const auto it = std::upper_bound(ranges_.begin(), ranges_.end(), row,
+                                   [](std::int64_t r, const RowRange& range) { return r < range.first; });
+  const auto k = static_cast<std::size_t>(it - ranges_.begin()) - 1;
+  return starts_[k] + row - ranges_[k].first;
+}
+
 void select_range(Column& c, std::int64_t first, std::int64_t count) {
   if (count == 0) {
     TESSERA_H5(H5Sselect_none(c.file_space));
@@ -89,15 +128,6 @@ void select_ranges(Column& c, const std::vector<RowRange>& ranges) {
                                    nullptr));
     op = H5S_SELECT_OR;
   }
-}
-
-void select_rows(Column& c, const std::vector<std::int64_t>& rows) {
-  std::vector<RowRange> ranges;
-  for (std::int64_t row : rows) {
-    if (!ranges.empty() && ranges.back().first + ranges.back().count == row) ++ranges.back().count;
-    else ranges.push_back({row, 1});
-  }
-  select_ranges(c, ranges);
 }
 
 void read_selected(Column& c, std::size_t nrows, hid_t xfer) {

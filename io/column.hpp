@@ -57,12 +57,34 @@ Column open_column(hid_t file, const std::string& name);
 /// \brief Elements per row: the product of dims without the first.
 std::size_t row_elements(const std::vector<hsize_t>& dims);
 
+/// \brief The ranges (sorted, disjoint) with the smallest gaps between them merged until at most
+/// max_ranges remain. HDF5 1.10 builds a union of n hyperslabs in O(n^2) time (a batch of 30000
+/// scattered rows took 34 s to select), so a read of many scattered rows reads the few rows
+/// between them too.
+std::vector<RowRange> coalesce(const std::vector<RowRange>& ranges, std::size_t max_ranges);
+
+/// The most hyperslabs one read selects (coalesce()).
+inline constexpr std::size_t kMaxReadRanges = 64;
+
+/// \brief Where the rows of a read of `ranges` (sorted, disjoint) land in the buffer it fills.
+class RangeIndex {
+ public:
+  explicit RangeIndex(std::vector<RowRange> ranges);
+  const std::vector<RowRange>& ranges() const { return ranges_; }
+  /// Rows in all the ranges.
+  std::int64_t total() const { return starts_.empty() ? 0 : starts_.back() + ranges_.back().count; }
+  /// \brief The buffer row of `row`, which must lie in one of the ranges.
+  std::int64_t position(std::int64_t row) const;
+
+ private:
+  std::vector<RowRange> ranges_;
+  std::vector<std::int64_t> starts_;  ///< buffer row of each range's first row
+};
+
 /// \brief Selects rows [first, first + count) (nothing when count is 0).
 void select_range(Column& c, std::int64_t first, std::int64_t count);
 /// \brief Selects the union of ranges, which must be sorted and disjoint: one hyperslab each.
 void select_ranges(Column& c, const std::vector<RowRange>& ranges);
-/// \brief Selects the union of rows (sorted, unique), one hyperslab per run of consecutive rows.
-void select_rows(Column& c, const std::vector<std::int64_t>& rows);
 /// \brief Reads the nrows selected rows into c.buffer, in increasing row order. Collective when
 /// xfer says so: every rank of the file's communicator calls it, nrows possibly 0.
 void read_selected(Column& c, std::size_t nrows, hid_t xfer);

@@ -50,9 +50,11 @@ struct SupervisedSplit::Impl {
   Column inputs, answers;  // answers: labels or targets
   IntegerLoader load_label = nullptr;
   bool cached = false;
-  // Plan of the current read: positions sorted by index, unique rows, row slot of each position.
+  // Plan of the current read: positions sorted by index, the unique rows, the ranges read (the
+  // rows' runs, coalesced) and the buffer row of each position.
   std::vector<std::size_t> order, slot;
   std::vector<std::int64_t> rows;
+  RangeIndex read_plan{{}};
 
   std::string where(const std::string& dataset) const {
     return fmt::format("{}: dataset {}", info.file, dataset);
@@ -266,11 +268,18 @@ void SupervisedSplit::Impl::plan(std::span<const std::int64_t> indices) {
   std::sort(order.begin(), order.end(),
             [&](std::size_t a, std::size_t b) { return indices[a] < indices[b]; });
   rows.clear();
-  slot.resize(indices.size());
+  std::vector<RowRange> runs;
   for (std::size_t position : order) {
-    if (rows.empty() || rows.back() != indices[position]) rows.push_back(indices[position]);
-    slot[position] = rows.size() - 1;
+    const std::int64_t row = indices[position];
+    if (!rows.empty() && rows.back() == row) continue;
+    rows.push_back(row);
+    if (!runs.empty() && runs.back().first + runs.back().count == row) ++runs.back().count;
+    else runs.push_back({row, 1});
   }
+  read_plan = RangeIndex(coalesce(runs, kMaxReadRanges));
+  slot.resize(indices.size());
+  for (std::size_t i = 0; i < indices.size(); ++i)
+    slot[i] = static_cast<std::size_t>(read_plan.position(indices[i]));
 }
 
 SupervisedSplit::SupervisedSplit(MPI_Comm comm, const std::string& path, const std::string& split,
@@ -310,12 +319,13 @@ void SupervisedSplit::read(std::span<const std::int64_t> indices, float* inputs,
   // Fetch the unique rows, in increasing order, and check them; every rank learns of any rank's
   // failure (a damaged chunk, a non-finite value).
   if (!s.cached) {
-    const h5::InputScope scope(s.info.file);
     agree(s.comm, [&] {
       for (Column* c : {&s.inputs, &s.answers}) {
-        select_rows(*c, s.rows);
-        read_selected(*c, s.rows.size(), s.xfer);
-        s.check_rows(*c, s.rows, c->buffer.data());
+        const h5::InputScope scope(s.info.file, "dataset " + c->name);
+        select_ranges(*c, s.read_plan.ranges());
+        read_selected(*c, static_cast<std::size_t>(s.read_plan.total()), s.xfer);
+        for (const std::int64_t row : s.rows)
+          s.check_rows(*c, {&row, 1}, c->buffer.data() + static_cast<std::size_t>(s.read_plan.position(row)) * c->row_bytes);
       }
     });
   }

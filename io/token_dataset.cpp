@@ -33,11 +33,10 @@ struct TokenSplit::Impl {
   IntegerLoader load = nullptr;
   std::int64_t context = 0, vocab = 0;
   bool cached = false;
-  // Plan of the current read (uncached): the merged token ranges to read, in increasing order,
-  // their total, and where the window of each position starts in the buffer read.
+  // Plan of the current read (uncached): the merged token ranges to read, in increasing order
+  // (coalesced), and where the window of each position starts in the buffer read.
   std::vector<std::size_t> order;
-  std::vector<RowRange> ranges;
-  std::int64_t planned = 0;
+  RangeIndex read_plan{{}};
   std::vector<std::size_t> start;
 
   std::string where() const { return fmt::format("{}: dataset {}", info.file, tokens.name); }
@@ -143,27 +142,18 @@ void TokenSplit::Impl::plan(std::span<const std::int64_t> indices) {
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::sort(order.begin(), order.end(),
             [&](std::size_t a, std::size_t b) { return indices[a] < indices[b]; });
-  ranges.clear();
-  start.resize(indices.size());
-  std::int64_t range_offset = 0;  // buffer position of ranges.back()'s first token
-  std::int64_t previous = -1;     // the last window planned
-  std::size_t window_start = 0;
+  std::vector<RowRange> ranges;
   for (std::size_t position : order) {
-    const std::int64_t s = indices[position];
-    if (s != previous) {
-      const std::int64_t begin = s * context, end = begin + context + 1;
-      if (!ranges.empty() && begin <= ranges.back().first + ranges.back().count) {
-        ranges.back().count = end - ranges.back().first;
-      } else {
-        if (!ranges.empty()) range_offset += ranges.back().count;
-        ranges.push_back({begin, context + 1});
-      }
-      window_start = static_cast<std::size_t>(range_offset + begin - ranges.back().first);
-      previous = s;
-    }
-    start[position] = window_start;
+    const std::int64_t begin = indices[position] * context, end = begin + context + 1;
+    if (!ranges.empty() && begin <= ranges.back().first + ranges.back().count)
+      ranges.back().count = std::max(ranges.back().count, end - ranges.back().first);
+    else
+      ranges.push_back({begin, context + 1});
   }
-  planned = ranges.empty() ? 0 : range_offset + ranges.back().count;
+  read_plan = RangeIndex(coalesce(ranges, kMaxReadRanges));
+  start.resize(indices.size());
+  for (std::size_t i = 0; i < indices.size(); ++i)
+    start[i] = static_cast<std::size_t>(read_plan.position(indices[i] * context));
 }
 
 TokenSplit::TokenSplit(MPI_Comm comm, const std::string& path, const std::string& split,
@@ -220,9 +210,9 @@ void TokenSplit::read(std::span<const std::int64_t> indices, float* inputs, std:
   if (!s.cached) {
     const h5::InputScope scope(s.info.file);
     agree(s.comm, [&] {
-      select_ranges(s.tokens, s.ranges);
-      read_selected(s.tokens, static_cast<std::size_t>(s.planned), s.xfer);
-      if (const auto bad = s.find_bad(s.tokens.buffer.data(), 0, s.planned))
+      select_ranges(s.tokens, s.read_plan.ranges());
+      read_selected(s.tokens, static_cast<std::size_t>(s.read_plan.total()), s.xfer);
+      if (const auto bad = s.find_bad(s.tokens.buffer.data(), 0, s.read_plan.total()))
         throw InputError(fmt::format("{} has token {} where it was read for a batch, expected 0 <= "
                                      "token < vocab_size = {} (the file changed after it was opened)",
                                      s.where(), bad->value, s.vocab));

@@ -158,6 +158,11 @@ LatestCheckpoint Checkpointer::find_latest() const {
       }
       why = fmt::format("holds \"{}\", not the name of a step_<8 digits>.h5 file",
                         text->size() > 64 ? text->substr(0, 64) + "..." : *text);
+    } else if (why == "a directory" || why == "not a regular file") {
+      // Nothing could point `latest` at the next checkpoint: refuse now, not at the first save.
+      throw InputError(fmt::format("{} is {}, so no checkpoint of this run could be recorded there; "
+                                   "remove it (--resume auto then continues from the newest step_*.h5)",
+                                   latest.string(), why));
     }
     // `latest` cannot say: the newest step file is the newest complete checkpoint (only a
     // complete one gets its final name). No step file at all: nothing to resume.
