@@ -13,7 +13,7 @@ enum class ModelKind { mlp, cnn, gpt };
 enum class Activation { relu, gelu };
 enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> CE, targets -> MSE
 enum class OptimizerKind { sgd, adamw };
-enum class ScheduleKind { constant, cosine, step };
+enum class ScheduleKind { constant, cosine, step, cosine_restarts };
 enum class PipelineSchedule { gpipe, one_f_one_b };
 enum class AllreduceAlgorithm { mpi, ring, parameter_server };
 /// How bytes travel (comm/backend.hpp): automatic picks from the buffers' memory and the build.
@@ -84,6 +84,8 @@ struct ScheduleConfig {
   double min_lr = 0.0;            ///< cosine: floor reached at the last step
   std::int64_t step_size = 1000;  ///< step: multiply by gamma every step_size steps
   double gamma = 0.1;             ///< step
+  std::int64_t restart_steps = 1000;  ///< cosine_restarts: length of the first cycle (T_0)
+  std::int64_t restart_mult = 1;      ///< cosine_restarts: each cycle this many times the last (T_mult)
 
   bool operator==(const ScheduleConfig&) const = default;
 };

@@ -37,11 +37,11 @@ void check_combinations(Config& cfg, const Origins& origins) {
          "nesterov = true needs momentum, but optimizer.momentum = 0; "
          "set optimizer.momentum > 0 (e.g. 0.9) or optimizer.nesterov = false");
 
-  if (s.kind == ScheduleKind::cosine && s.min_lr > o.lr)
+  if ((s.kind == ScheduleKind::cosine || s.kind == ScheduleKind::cosine_restarts) && s.min_lr > o.lr)
     fail(where_of(cfg, origins, {"schedule.min_lr", "optimizer.lr", "schedule.kind"}), "schedule.min_lr",
-         fmt::format("schedule.min_lr = {} is above optimizer.lr = {} with schedule.kind = \"cosine\"; "
+         fmt::format("schedule.min_lr = {} is above optimizer.lr = {} with schedule.kind = \"{}\"; "
                      "allowed: schedule.min_lr <= optimizer.lr",
-                     s.min_lr, o.lr));
+                     s.min_lr, o.lr, to_string(s.kind)));
 
   if (t.steps > 0 && s.warmup_steps >= t.steps)
     cfg.warnings.push_back(fmt::format(

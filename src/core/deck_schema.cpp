@@ -180,9 +180,11 @@ std::vector<KeySpec> build_schema() {
 
     schedule.choice<&S::kind>("kind", kScheduleKinds, "learning-rate schedule after the warm-up"),
     schedule.key<&S::warmup_steps>("warmup_steps", closed(0, kMaxSteps), "linear warm-up from 0 to optimizer.lr over this many steps (all kinds)"),
-    schedule.key<&S::min_lr>("min_lr", at_least(0), "cosine: learning rate reached at the last step"),
+    schedule.key<&S::min_lr>("min_lr", at_least(0), "cosine: learning rate reached at the last step; cosine_restarts: at the end of each cycle"),
     schedule.key<&S::step_size>("step_size", closed(1, kMaxSteps), "step: multiply the learning rate by gamma every step_size steps"),
     schedule.key<&S::gamma>("gamma", open_closed(0, 1), "step: factor applied every step_size steps"),
+    schedule.key<&S::restart_steps>("restart_steps", closed(1, kMaxSteps), "cosine_restarts: steps of the first cosine cycle after the warm-up (SGDR's T_0)"),
+    schedule.key<&S::restart_mult>("restart_mult", closed(1, 1024), "cosine_restarts: each cycle is this many times longer than the one before (SGDR's T_mult)"),
 
     train.key<&T::epochs>("epochs", at_least(0, "(>= 1 unless train.steps > 0)"), "passes over the training split"),
     train.key<&T::steps>("steps", closed(0, kMaxSteps), "optimizer steps; when > 0 it wins over epochs"),

@@ -86,7 +86,8 @@ inline constexpr Choice<OptimizerKind> kOptimizerKinds[] = {{"sgd", OptimizerKin
                                                             {"adamw", OptimizerKind::adamw}};
 inline constexpr Choice<ScheduleKind> kScheduleKinds[] = {{"constant", ScheduleKind::constant},
                                                           {"cosine", ScheduleKind::cosine},
-                                                          {"step", ScheduleKind::step}};
+                                                          {"step", ScheduleKind::step},
+                                                          {"cosine_restarts", ScheduleKind::cosine_restarts}};
 inline constexpr Choice<PipelineSchedule> kPipelineSchedules[] = {
     {"gpipe", PipelineSchedule::gpipe}, {"1f1b", PipelineSchedule::one_f_one_b}};
 inline constexpr Choice<AllreduceAlgorithm> kAllreduceAlgorithms[] = {

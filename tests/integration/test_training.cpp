@@ -69,6 +69,27 @@ TEST(Training, StoppedAndResumedRunEqualsUninterrupted) {
   EXPECT_LE(max_relative_difference(eval_losses(whole), eval_losses(split)), 1e-7);
 }
 
+TEST(Training, CosineRestartsResumeMidCycleExactly) {
+  // SGDR cycles of 8, 16, 32 steps after a 3-step warm-up; the split at step 13 falls inside the
+  // second cycle (steps 11 to 26).
+  const std::string sched = "--set schedule.kind=cosine_restarts --set schedule.restart_steps=8 "
+                            "--set schedule.restart_mult=2 --set schedule.warmup_steps=3 --set schedule.min_lr=0.001 ";
+  const std::string whole = fresh_dir("sgdr_whole");
+  ASSERT_EQ(tessera(2, train_args(whole, sched + "--set train.steps=40")).exit_code, 0);
+  const std::string split = fresh_dir("sgdr_split");
+  ASSERT_EQ(tessera(2, train_args(split, sched + "--set train.steps=13")).exit_code, 0);
+  ASSERT_EQ(tessera(2, train_args(split, sched + "--set train.steps=40 --resume auto")).exit_code, 0);
+  EXPECT_LE(max_relative_difference(train_losses(whole), train_losses(split)), 1e-7);
+  // The logged learning rates restart at steps 11 and 27 (1-based rows: the rate of step k-1).
+  const std::string csv = read_file(split + "/metrics.csv");
+  for (const char* row : {"train,12,0,", "train,28,0,"}) {
+    const auto at = csv.find(row);
+    ASSERT_NE(at, std::string::npos) << row;
+    const std::string line = csv.substr(at, csv.find('\n', at) - at);
+    EXPECT_NE(line.find(",0.05,"), std::string::npos) << line;  // optimizer.lr of the test deck
+  }
+}
+
 TEST(Training, CheckpointFromTwoRanksResumesOnOneAndFour) {
   const std::string whole = fresh_dir("reshard_whole");
   ASSERT_EQ(tessera(2, train_args(whole, "--set train.steps=40")).exit_code, 0);
