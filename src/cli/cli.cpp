@@ -9,6 +9,7 @@
 #include "cli/bench_comm.hpp"
 #include "cli/commands.hpp"
 #include "cli/diff.hpp"
+#include "cli/doctor.hpp"
 #include "cli/generate.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
@@ -95,6 +96,12 @@ int run(int argc, char** argv) {
   diff_cmd->add_option("--csv", diff_args.csv, "also write name,shape,max_abs,max_rel,status rows to this CSV file");
   diff_cmd->add_flag("--model-only", diff_args.model_only, "compare /model only, not the optimizer state");
 
+  std::string run_dir;
+  auto* doctor_cmd = app.add_subcommand("doctor", "read the ranks' flight records after a hang or crash");
+  doctor_cmd->add_option("run_dir", run_dir, "the run's run.output_dir (flight records in RUN_DIR/flight)")->required();
+  doctor_cmd->footer("Exit codes: 0 the records were read and judged; 2 RUN_DIR holds no flight records, or one "
+                     "cannot be read.");
+
   auto* bench_cmd = app.add_subcommand("bench", "measure one part of the stack");
   bench_cmd->require_subcommand(1);
   BenchCommArgs bench_comm_args;
@@ -124,6 +131,7 @@ int run(int argc, char** argv) {
     if (*text_cmd) return prepare_text(text_inputs, out, val_fraction);
     if (*inspect_cmd) return inspect(checkpoint);
     if (*diff_cmd) return diff(diff_args);
+    if (*doctor_cmd) return doctor(run_dir);
     if (*bench_comm_cmd) return bench_comm(bench_comm_args);
   } catch (const InputError& e) {
     return fail(e.what(), ExitCode::bad_input);

@@ -126,6 +126,7 @@ struct CommConfig {
   bool overlap = false;        ///< start a full bucket's exchange while backward goes on
   bool no_sync = true;         ///< micro-batches: exchange once per step, not per micro-batch
   CommBackend backend = CommBackend::automatic;
+  double timeout_s = 600.0;    ///< a rank blocked this long in one operation ends the run (exit 5)
 
   bool operator==(const CommConfig&) const = default;
 };

@@ -202,6 +202,7 @@ std::vector<KeySpec> build_schema() {
     comm.flag<&CommConfig::overlap>("overlap", "start each full bucket's exchange (nonblocking, MPI's own algorithm) while backward continues"),
     comm.flag<&CommConfig::no_sync>("no_sync", "with micro_batches > 1 and zero <= 1: accumulate locally and exchange once per step; false: exchange every micro-batch"),
     comm.choice<&CommConfig::backend>("backend", kCommBackends, "how buffers travel: auto (host memory: mpi; device memory: nccl if built, else cuda-aware-mpi if MPI says so, else staged), mpi, cuda-aware-mpi (device pointers to MPI), staged (through a pinned host buffer), nccl"),
+    comm.key<&CommConfig::timeout_s>("timeout_s", above(0), "seconds a rank may wait in one collective, transfer or collective file operation before it ends the run with exit code 5 and a flight record (a peer died or hangs)"),
   };
   // clang-format on
 }

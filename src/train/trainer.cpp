@@ -25,6 +25,7 @@ namespace {
 
 constexpr bool host_accessible = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
 const char* run_files[] = {"summary.json", "metrics.csv", "log.txt"};
+const char* flight_dir = "flight";  // flight records (comm/flight_record.hpp)
 
 bool eval_enabled(const EvalConfig& e) { return e.every_epoch || e.every_steps > 0 || e.at_end; }
 
@@ -160,9 +161,11 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
   for (std::size_t k = 0; k < rounds; ++k) {
     const std::size_t begin = std::min(k * batch, mine.size());
     const auto idx = mine.subspan(begin, std::min(batch, mine.size() - begin));
-    const Batch b = model.first_stage() || model.last_stage()
-                        ? load_batch(split, idx, h_x, h_y, h_t, x, y, t)
-                        : Batch{};  // a stage between reads nothing (as in training)
+    Batch b;  // a stage between reads nothing (as in training)
+    if (model.first_stage() || model.last_stage()) {
+      const auto watch = comm.watch("dataset read", Group::data);
+      b = load_batch(split, idx, h_x, h_y, h_t, x, y, t);
+    }
     const int rows = static_cast<int>(idx.size());
     const int slot = model.acquire(rows);
     // Through the stages: the first takes the data, the others their predecessor's output.
@@ -202,10 +205,14 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
 
   // Data first: the model's shape comes from it.
   const MPI_Comm data_comm = comm_.handle(Group::data);
-  train_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.train_split, cfg_.model.context,
-                          cfg_.data.cache);
+  {
+    const auto watch = comm_.watch("dataset open", Group::data);
+    train_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.train_split, cfg_.model.context,
+                            cfg_.data.cache);
+  }
   const ModelShape shape = model_shape(cfg_, train_->info());
   if (eval_enabled(cfg_.eval)) {
+    const auto watch = comm_.watch("dataset open", Group::data);
     test_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.test_split, cfg_.model.context,
                            cfg_.data.cache);
     const auto& ti = test_->info();
@@ -240,6 +247,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   scaler_ = std::make_unique<LossScaler>(cfg_.train.precision, cfg_.train.loss_scale,
                                          cfg_.train.loss_scale_window);
   if (!resume_path.empty()) {
+    const auto watch = comm_.watch("checkpoint read", Group::world);
     state_ = ckpt_->load(resume_path, *model_, *dp_);
     resumed_from_ = last_checkpoint_step_ = state_.step;
     if (scaler_->enabled())
@@ -304,6 +312,7 @@ std::string Trainer::prepare_output_dir(const ResumeRequest& resume) {
       std::error_code ec;
       for (const char* f : run_files) fs::remove(dir / f, ec);
       fs::remove_all(dir / "checkpoints", ec);
+      fs::remove_all(dir / flight_dir, ec);
     }
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -350,6 +359,7 @@ double Trainer::train_step(double lr) {
       Batch b;
       if (model_->first_stage() || model_->last_stage()) {
         auto t = timer_.time(Phase::data, exec_);
+        const auto watch = comm_.watch("dataset read", Group::data);
         b = load_batch(*train_, idx, h_inputs_, h_labels_, h_targets_, inputs_, labels_, targets_);
       }
       rows[mu] = static_cast<int>(idx.size());
@@ -521,7 +531,11 @@ EvalResult Trainer::run_eval() {
 
 void Trainer::checkpoint() {
   const double t0 = StepTimer::now();
-  const std::string path = ckpt_->save(*model_, *dp_, state_);
+  std::string path;
+  {
+    const auto watch = comm_.watch("checkpoint write", Group::world);
+    path = ckpt_->save(*model_, *dp_, state_);
+  }
   last_checkpoint_step_ = state_.step;
   out_->log(fmt::format("checkpoint {} ({:.2f} s)", path, StepTimer::now() - t0));
 }
