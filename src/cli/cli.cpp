@@ -38,7 +38,7 @@ int run(int argc, char** argv) {
 
   DeckArgs deck;
   std::string resume = "none", checkpoint, out, source = "/usr/share/datasets/fashion-mnist";
-  int ranks = 0;
+  int ranks = 0, ranks_per_node = 0;
 
   auto* train_cmd = app.add_subcommand("train", "train the model of a deck");
   add_deck(train_cmd, deck);
@@ -47,6 +47,10 @@ int run(int argc, char** argv) {
   auto* check_cmd = app.add_subcommand("check", "validate a deck; print it resolved, the layout and memory");
   add_deck(check_cmd, deck);
   check_cmd->add_option("--ranks", ranks, "rank count to check the layout for (default: this run's)");
+  check_cmd->add_option("--ranks-per-node", ranks_per_node,
+                        "place the ranks this many per node, in blocks, to name each group's hosts (default: "
+                        "the ranks running the check, or Slurm's SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE)")
+      ->check(CLI::PositiveNumber);
 
   auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint on the deck's test split");
   add_deck(eval_cmd, deck);
@@ -124,7 +128,7 @@ int run(int argc, char** argv) {
 
   try {
     if (*train_cmd) return train(deck, resume);
-    if (*check_cmd) return check(deck, ranks);
+    if (*check_cmd) return check(deck, ranks, ranks_per_node);
     if (*eval_cmd) return eval(deck, checkpoint);
     if (*generate_cmd) return generate(gen);
     if (*fmnist_cmd) return prepare_fashion_mnist(out, source);

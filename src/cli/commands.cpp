@@ -20,6 +20,7 @@
 #include "io/prepare.hpp"
 #include "io/prepare_text.hpp"
 #include "train/checkpointer.hpp"
+#include "train/placement.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -44,19 +45,6 @@ constexpr BufferSpace kBuffers = Kokkos::SpaceAccessibility<HostSpace, MemSpace>
                                      ? BufferSpace::host
                                      : BufferSpace::device;
 
-// BLAS threads: run.blas_threads, or the cores this rank may use shared among its node's ranks.
-void set_blas_threads(const Config& cfg, const Communicator& comm) {
-  int threads = cfg.run.blas_threads;
-  if (threads == 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, std::min(allowed, cores / comm.ranks_on_node()));
-  }
-  blas::set_threads(threads);
-}
-
 // The watchdog of a run (comm/watchdog.hpp). The run's id in the flight records is rank 0's start
 // time, broadcast: collective over world.
 std::unique_ptr<comm::Watchdog> start_watchdog(const Config& cfg, const Communicator& comm) {
@@ -66,9 +54,7 @@ std::unique_ptr<comm::Watchdog> start_watchdog(const Config& cfg, const Communic
   who.run_dir = cfg.run.output_dir;
   who.rank = comm.rank();
   who.ranks = comm.size();
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  who.host = host;
+  who.host = host_name();
   who.pid = static_cast<long>(getpid());
   who.data = comm.coord().data;
   who.tensor = comm.coord().tensor;
@@ -99,6 +85,14 @@ int watched(const Config& cfg, const Communicator& comm, Body&& body) {
 }
 
 }  // namespace
+
+void set_blas_threads(const Config& cfg, const Communicator& comm) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  blas::set_threads(blas_threads_for(cfg, cores, comm.ranks_on_node(), allowed));
+}
 
 Config load_config(const DeckArgs& args, int ranks) {
   Config cfg = load_deck(args.deck, args.overrides);

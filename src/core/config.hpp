@@ -60,6 +60,7 @@ struct ParallelConfig {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   std::vector<int> stages;  ///< layers per pipeline stage; empty: balanced by cost
   int zero = 0;
+  bool tensor_within_node = false;  ///< a tensor group whose ranks span hosts is an error, not a warning
 
   bool operator==(const ParallelConfig&) const = default;
 };

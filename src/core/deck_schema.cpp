@@ -160,6 +160,7 @@ std::vector<KeySpec> build_schema() {
     parallel.choice<&P::schedule>("schedule", kPipelineSchedules, "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (one forward, one backward after warm-up)"),
     parallel.key<&P::stages>("stages", at_least(1), "layers per pipeline stage, first to last (sums to the layer count); []: balanced by cost"),
     parallel.key<&P::zero>("zero", closed(0, 3), "ZeRO stage over the data group: 0 off, 1 shards optimizer state, 2 also gradients, 3 also parameters"),
+    parallel.flag<&P::tensor_within_node>("tensor_within_node", "a tensor group whose ranks are on more than one host is an error (exit 2 before the model is built) instead of a warning"),
 
     optimizer.choice<&O::kind>("kind", kOptimizerKinds, "optimizer"),
     optimizer.key<&O::lr>("lr", above(0), "peak learning rate (the schedule scales it)"),

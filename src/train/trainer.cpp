@@ -200,6 +200,10 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
 Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeRequest& resume)
     : cfg_(cfg), comm_(comm) {
   run_start_wall_ = StepTimer::now();
+  // Where every rank runs, before anything is allocated: a tensor group across nodes may be an error.
+  const ThreadSetup threads = current_thread_setup();
+  places_ = gather_placement(comm_, comm_.dp(), comm_.tp(), threads.blas.threads, threads.host_threads);
+  check_tensor_within_node(cfg_, places_);
   ckpt_ = std::make_unique<Checkpointer>(cfg_, comm_);
   const std::string resume_path = prepare_output_dir(resume);
 
@@ -269,7 +273,9 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
                         cfg_.comm.no_sync, cfg_.parallel.zero));
   out_->log(comm_.describe_backend());
-  out_->log(describe(current_thread_setup()));
+  out_->log(describe(threads));
+  for (const auto& line : describe_placement(places_, comm_.dp(), comm_.tp(), comm_.pp())) out_->log(line);
+  for (const auto& line : placement_warnings(places_, comm_.dp(), comm_.tp(), comm_.pp())) out_->log(line);
   if (cfg_.train.precision != Precision::fp32)
     out_->log(fmt::format("precision: {} matrix products ({}), outputs stored in {}; master weights, "
                           "optimizer and reductions fp32{}", precision_name(cfg_.train.precision),
@@ -608,6 +614,7 @@ nlohmann::json Trainer::summary(const std::string& status) const {
   if (cfg_.model.kind == ModelKind::gpt && j.contains("samples_per_s"))
     j["tokens_per_s"] = j["samples_per_s"].get<double>() * cfg_.model.context;
   j["ranks"] = comm_.size();
+  j["placement"] = placement_json(places_);
   j["parameters"] = model_->params().parameter_count();
   j["resumed_from_step"] = resumed_from_ >= 0 ? nlohmann::json(resumed_from_) : nlohmann::json(nullptr);
   j["checkpoint_step"] = last_checkpoint_step_ >= 0 ? nlohmann::json(last_checkpoint_step_) : nlohmann::json(nullptr);

@@ -334,13 +334,16 @@ TEST(DeckErrors, CommBackend) {
   }
 }
 
-TEST(DeckErrors, WatchdogKeys) {
+TEST(DeckErrors, WatchdogAndPlacementKeys) {
   const Config defaults = load_deck(write_deck("empty_wd.toml", ""), {});
   EXPECT_EQ(defaults.comm.timeout_s, 600.0);
-  const Config set = load_deck(write_deck("wd.toml", "[comm]\ntimeout_s = 2.5\n"), {});
+  EXPECT_FALSE(defaults.parallel.tensor_within_node);
+  const Config set = load_deck(write_deck("wd.toml", "[comm]\ntimeout_s = 2.5\n[parallel]\ntensor_within_node = true\n"), {});
   EXPECT_EQ(set.comm.timeout_s, 2.5);
+  EXPECT_TRUE(set.parallel.tensor_within_node);
   EXPECT_EQ(load_deck(write_deck("wd_int.toml", "[comm]\ntimeout_s = 3\n"), {}).comm.timeout_s, 3.0);
   expect_deck_error("[comm]\ntimeout_s = \"10\"\n", 2, {"comm.timeout_s", "a float"});
+  expect_deck_error("[parallel]\ntensor_within_node = 1\n", 2, {"parallel.tensor_within_node", "true or false"});
   expect_input_error([&] { load_deck(write_deck("wd_plain.toml", ""), {"comm.timeout_s=0"}); },
                      {"--set comm.timeout_s=0: comm.timeout_s", "a float > 0"});
 }
