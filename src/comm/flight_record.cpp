@@ -19,6 +19,8 @@ namespace tessera::comm {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+constexpr int kMaxRanks = 1 << 24;  // beyond any machine; keeps `tessera doctor` linear in sane sizes
+
 namespace {
 
 json op_json(const RecordedOp& o) {
@@ -202,8 +204,9 @@ FlightRecord read_record(const std::string& path) {
   w.run_dir = field<std::string>(j, "run_dir", path);
   w.rank = field<int>(j, "rank", path);
   w.ranks = field<int>(j, "ranks", path);
-  if (w.ranks < 1 || w.rank < 0 || w.rank >= w.ranks)
-    throw InputError(fmt::format("{}: rank {} of {} ranks is impossible", path, w.rank, w.ranks));
+  if (w.ranks < 1 || w.ranks > kMaxRanks || w.rank < 0 || w.rank >= w.ranks)
+    throw InputError(fmt::format("{}: rank {} of {} ranks is impossible (1 to {} ranks)", path, w.rank, w.ranks,
+                                 kMaxRanks));
   w.host = field<std::string>(j, "host", path);
   w.pid = field<long>(j, "pid", path);
   const json coord = field<json>(j, "coord", path), layout = field<json>(j, "layout", path);
@@ -226,7 +229,13 @@ FlightRecord read_record(const std::string& path) {
   return r;
 }
 
+namespace {
+// Times a record may hold: from 1970 to beyond 2200 (a crafted file may say anything).
+bool plausible(double unix_s) { return std::isfinite(unix_s) && unix_s >= 0.0 && unix_s < 8e9; }
+}  // namespace
+
 std::string clock_time(double unix_s) {
+  if (!plausible(unix_s)) return "?";
   const auto whole = static_cast<std::time_t>(std::floor(unix_s));
   std::tm tm{};
   localtime_r(&whole, &tm);
@@ -235,6 +244,7 @@ std::string clock_time(double unix_s) {
 }
 
 std::string iso_time(double unix_s) {
+  if (!plausible(unix_s)) return "?";
   const auto whole = static_cast<std::time_t>(std::floor(unix_s));
   std::tm tm{};
   gmtime_r(&whole, &tm);

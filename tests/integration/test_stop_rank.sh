@@ -22,7 +22,7 @@ run=$work/run
 launcher=$!
 stopped=
 cleanup() {
-  [[ -n $stopped ]] && kill -CONT "$stopped" 2>/dev/null || true
+  if [[ -n $stopped ]]; then kill -CONT "$stopped" 2>/dev/null || true; fi
   kill "$launcher" 2>/dev/null || true
 }
 trap cleanup EXIT

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -222,6 +223,7 @@ TEST(FlightRecord, BadFilesAreOneLineInputErrors) {
   expect_error(replaced("\"rank\": 1", "\"rank\": 2.5"), "\"rank\" must be an integer");
   expect_error(replaced("\"rank\": 1", "\"rank\": 1e30"), "\"rank\" must be an integer");
   expect_error(replaced("\"rank\": 1", "\"rank\": 7"), "rank 7 of 4 ranks");
+  expect_error(replaced("\"ranks\": 4", "\"ranks\": 2000000000"), "rank 1 of 2000000000 ranks is impossible");
   expect_error(replaced("\"host\": \"n1\"", "\"host\": 3"), "\"host\" must be a string");
   expect_error(replaced("\"ops\": []", "\"ops\": {}"), "\"ops\" must be an array");
   expect_error(replaced("\"ops\": []", "\"ops\": [{\"id\": 1}]"), "key \"op\" is missing");
@@ -285,6 +287,10 @@ TEST(FlightRecord, Formats) {
   EXPECT_EQ(format_bytes(12u << 20), "12.0 MiB");
   EXPECT_EQ(iso_time(0.25), "1970-01-01T00:00:00.250000Z");
   EXPECT_EQ(clock_time(3723.5).size(), 12u);  // hh:mm:ss.mmm in local time
+  // A crafted record's times cannot reach undefined conversions.
+  EXPECT_EQ(clock_time(std::nan("")), "?");
+  EXPECT_EQ(clock_time(-1.0), "?");
+  EXPECT_EQ(iso_time(1e300), "?");
 }
 
 TEST(FaultHook, ParsesTheEnvironment) {
