@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A rank that stalls without dying: `kill -STOP` of rank 1 of a 2-rank mpirun run. Rank 0 must end
-# the run by itself (the watchdog, comm.timeout_s = 5): exit code 5, one line naming the operation,
+# the run by itself (the watchdog, comm.timeout_s = 8): exit code 5, one line naming the operation,
 # its flight record, and `tessera doctor` naming rank 1. The script only waits for the run; ctest's
 # TIMEOUT is the safety net. Environment (tests/integration/CMakeLists.txt): TESSERA_BINARY,
 # MPIEXEC, SOURCE_DIR, WORK_DIR.
@@ -18,7 +18,7 @@ data=$work/fashion-mnist.h5
 run=$work/run
 "$MPIEXEC" -n 2 --oversubscribe --bind-to none "$TESSERA_BINARY" train "$SOURCE_DIR/tests/integration/mlp_test.toml" \
   --set data.path="$data" --set run.output_dir="$run" --set train.steps=1000000 --set train.log_every=1 \
-  --set eval.every_steps=0 --set checkpoint.every_steps=0 --set comm.timeout_s=5 >"$work/out.txt" 2>&1 &
+  --set eval.every_steps=0 --set checkpoint.every_steps=0 --set comm.timeout_s=8 >"$work/out.txt" 2>&1 &
 launcher=$!
 stopped=
 cleanup() {
@@ -54,7 +54,7 @@ trap - EXIT
 kill -CONT "$stopped" 2>/dev/null || true
 cat "$work/out.txt"
 [[ $rc -eq 5 ]] || fail "exit code $rc, expected 5"
-grep -Eq 'tessera: error: rank 0: .+ #[0-9]+ of the (world|data) group .*did not complete within comm.timeout_s = 5 s' \
+grep -Eq 'tessera: error: rank 0: .+ #[0-9]+ of the (world|data) group .*did not complete within comm.timeout_s = 8 s' \
   "$work/out.txt" || fail "no timeout line from rank 0"
 [[ -f $run/flight/rank_0.json ]] || fail "no flight record from rank 0"
 /usr/bin/python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert r['reason'] == 'timeout' and r['waiting_on']" \

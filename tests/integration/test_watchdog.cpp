@@ -18,10 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Three-second timeouts; no evaluation or checkpoint in the way, so every step is the same few
-// operations.
-const std::string kExtra = "--set comm.timeout_s=3 --set eval.every_steps=0 --set checkpoint.every_steps=0 "
-                           "--set checkpoint.at_end=false --set eval.at_end=false ";
+// Eight-second timeouts (no healthy wait comes near, also under sanitizers on a loaded machine);
+// no evaluation or checkpoint in the way, so every step is the same few operations.
+const std::string kTimeout = "8";
+const std::string kExtra = "--set comm.timeout_s=" + kTimeout + " --set eval.every_steps=0 "
+                           "--set checkpoint.every_steps=0 --set checkpoint.at_end=false --set eval.at_end=false ";
 
 struct Faulted {
   RunResult run;
@@ -42,7 +43,8 @@ Faulted run_with_fault(const std::string& name, int ranks, const std::string& fa
 // Every "tessera: error: rank N: ... did not complete" line's rank; each left a timeout record.
 std::vector<int> timed_out_ranks(const Faulted& f) {
   std::vector<int> ranks;
-  const std::regex line(R"(tessera: error: rank (\d+): (.+) did not complete within comm\.timeout_s = 3 s)");
+  const std::regex line(R"(tessera: error: rank (\d+): (.+) did not complete within comm\.timeout_s = )" + kTimeout +
+                        " s");
   const std::string& out = f.run.output;
   for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it) {
     const int rank = std::stoi((*it)[1]);
@@ -57,7 +59,8 @@ std::vector<int> timed_out_ranks(const Faulted& f) {
     const comm::RecordedOp* waited = r.find(r.waiting_on);
     EXPECT_NE(waited, nullptr);
     EXPECT_TRUE(waited == nullptr || waited->in_flight());
-    EXPECT_NE(r.message.find("did not complete within comm.timeout_s = 3 s"), std::string::npos) << r.message;
+    EXPECT_NE(r.message.find("did not complete within comm.timeout_s = " + kTimeout + " s"), std::string::npos)
+        << r.message;
   }
   return ranks;
 }
@@ -80,7 +83,7 @@ TEST(Watchdog, TwoRanksOneStallsInTheWorldGroup) {
   // Rank 0 waits in the allreduce rank 1 never reaches; the line says what and that the missing
   // rank is rank 1 or unknown.
   EXPECT_NE(f.run.output.find("tessera: error: rank 0: allreduce #10 of the world group (ranks 0,1; 24 bytes) did "
-                              "not complete within comm.timeout_s = 3 s"),
+                              "not complete within comm.timeout_s = " + kTimeout + " s"),
             std::string::npos) << f.run.output;
   EXPECT_NE(f.run.output.find("which of ranks 1 did not arrive is unknown here"), std::string::npos);
   EXPECT_EQ(timed_out_ranks(f), std::vector<int>{0});
@@ -133,7 +136,7 @@ TEST(Watchdog, PipelineReceiveFromAStalledStage) {
   ASSERT_EQ(f.op, "dataset read #8 of the data group") << f.run.output;
   EXPECT_EQ(f.run.exit_code, 5) << f.run.output;
   const std::regex line(R"(tessera: error: rank 0: recv #(\d+) from rank 1 in the pipeline group \(\S+ \S+\) did not )"
-                        R"(complete within comm\.timeout_s = 3 s .*rank 1 did not send it)");
+                        R"(complete within comm\.timeout_s = )" + kTimeout + R"( s .*rank 1 did not send it)");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(f.run.output, m, line)) << f.run.output;
   EXPECT_EQ(timed_out_ranks(f), std::vector<int>{0});
