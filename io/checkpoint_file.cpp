@@ -152,22 +152,31 @@ void read_selected(hid_t dataset, float* out, bool any, Select select) {
   if (any) TESSERA_H5(H5Dread(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer, any ? out : &dummy));
 }
 
-void write_tensor(hid_t file, const TensorSlab& t, std::uint64_t checksum, hid_t xfer) {
+// Creates tensor t's dataset (contiguous float32, its storage allocated now, never filled: every
+// element gets written) with its checksum attribute. Collective.
+h5::Dataset create_tensor(hid_t file, const TensorSlab& t, std::uint64_t checksum) {
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   h5::Dataspace file_space(
       TESSERA_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
   h5::PropList lcpl = h5::intermediate_groups();
   h5::PropList dcpl(TESSERA_H5(H5Pcreate(H5P_DATASET_CREATE)));
-  TESSERA_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element gets written
+  TESSERA_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
+  TESSERA_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
   h5::Dataset dataset(TESSERA_H5(
       H5Dcreate2(file, t.path.c_str(), H5T_IEEE_F32LE, file_space, lcpl, dcpl, H5P_DEFAULT)));
+  h5::write_u64_attr(dataset, kChecksumAttribute, checksum);
+  return dataset;
+}
+
+void write_tensor(hid_t file, const TensorSlab& t, std::uint64_t checksum, hid_t xfer) {
+  h5::Dataset dataset = create_tensor(file, t, checksum);
+  h5::Dataspace file_space(TESSERA_H5(H5Dget_space(dataset)));
   const bool any = t.by_elements ? t.last > t.first : product(t.count) > 0;
   h5::Dataspace mem = t.by_elements ? select_elements(file_space, t.offset, t.count, t.first, t.last)
                                     : select_slab(file_space, t.offset, t.count);
   const float dummy = 0.0f;
   const float* data = any ? t.data : &dummy;
   TESSERA_H5(H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer, data));
-  h5::write_u64_attr(dataset, kChecksumAttribute, checksum);
 }
 
 // Test hooks (tests/integration/test_crash.cpp), each naming checkpoint steps ("20" or "10,11"):
@@ -225,6 +234,19 @@ std::vector<std::uint64_t> tensor_checksums(MPI_Comm comm, const CheckpointConte
   return sums;
 }
 
+// The checkpoint file with its root and group attributes. Collective.
+h5::File create_with_attributes(MPI_Comm comm, const std::string& path, const CheckpointContent& content) {
+  h5::File file = h5::create_parallel(comm, path);
+  for (const auto& [name, value] : content.root_attrs) h5::write_attr(file, name, value);
+  h5::write_attr(file, "format", std::string(kCheckpointFormat));
+  h5::write_attr(file, "format_version", kCheckpointFormatVersion);
+  for (const auto& [group_name, attrs] : content.group_attrs) {
+    h5::Group group = h5::open_or_create_group(file, group_name);
+    for (const auto& [name, value] : attrs) h5::write_attr(group, name, value);
+  }
+  return file;
+}
+
 // Writes the file; each step that could fail on one rank alone (a tensor's write, the close that
 // flushes) is agreed, so a failure reaches every rank together.
 // Test hook (tests/integration/test_crash.cpp): TESSERA_TEST_FAIL_IN_READ=K makes rank 1 (rank 0
@@ -245,16 +267,7 @@ void write_content(MPI_Comm comm, const std::string& path, const CheckpointConte
   const std::vector<std::uint64_t> sums = tensor_checksums(comm, content);
   const h5::InputScope scope(path, "", h5::InputScope::Access::write);
   h5::File file;
-  agree(comm, [&] {
-    file = h5::create_parallel(comm, path);
-    for (const auto& [name, value] : content.root_attrs) h5::write_attr(file, name, value);
-    h5::write_attr(file, "format", std::string(kCheckpointFormat));
-    h5::write_attr(file, "format_version", kCheckpointFormatVersion);
-    for (const auto& [group_name, attrs] : content.group_attrs) {
-      h5::Group group = h5::open_or_create_group(file, group_name);
-      for (const auto& [name, value] : attrs) h5::write_attr(group, name, value);
-    }
-  });
+  agree(comm, [&] { file = create_with_attributes(comm, path, content); });
   h5::PropList xfer = h5::collective_transfer();
   const std::size_t half = std::max<std::size_t>(1, content.tensors.size() / 2);
   for (std::size_t i = 0; i < content.tensors.size(); ++i) {
@@ -285,6 +298,16 @@ void create_parent_directory(const fs::path& path) {
   }
 }
 
+// Checks this rank's slabs (a bug otherwise) and creates the parent directory (rank 0); agreed.
+void check_and_create_directory(MPI_Comm comm, const std::string& final_path, const CheckpointContent& content) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  agree(comm, [&] {
+    for (const TensorSlab& t : content.tensors) check_slab(t);
+    if (rank == 0) create_parent_directory(final_path);
+  });
+}
+
 // Makes the temporary file durable, then renames it into place and makes the rename durable.
 void commit_file(const std::string& tmp_path, const fs::path& final_path) {
   fsync_path(tmp_path, O_RDONLY);
@@ -302,22 +325,43 @@ void commit_file(const std::string& tmp_path, const fs::path& final_path) {
 
 void write_checkpoint(MPI_Comm comm, const std::string& final_path,
                       const CheckpointContent& content) {
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  const std::string tmp_path = final_path + ".tmp";
-
   // Check this rank's slabs; create the directory.
-  agree(comm, [&] {
-    for (const TensorSlab& t : content.tensors) check_slab(t);
-    if (rank == 0) create_parent_directory(final_path);
-  });
+  check_and_create_directory(comm, final_path, content);
 
   // Write every tensor collectively into the temporary file.
-  write_content(comm, tmp_path, content);
+  write_content(comm, temporary_path(final_path), content);
 
   // Sync and rename on rank 0; the agreement is the closing barrier.
+  commit_checkpoint(comm, final_path);
+}
+
+std::string temporary_path(const std::string& final_path) { return final_path + ".tmp"; }
+
+std::vector<std::uint64_t> create_checkpoint_layout(MPI_Comm comm, const std::string& final_path,
+                                                    const CheckpointContent& content) {
+  check_and_create_directory(comm, final_path, content);
+  const std::string path = temporary_path(final_path);
+  const std::vector<std::uint64_t> sums = tensor_checksums(comm, content);
+  const h5::InputScope scope(path, "", h5::InputScope::Access::write);
+  std::vector<std::uint64_t> offsets;
   agree(comm, [&] {
-    if (rank == 0) commit_file(tmp_path, final_path);
+    h5::File file = create_with_attributes(comm, path, content);
+    for (std::size_t i = 0; i < content.tensors.size(); ++i) {
+      const h5::Dataset dataset = create_tensor(file, content.tensors[i], sums[i]);
+      const haddr_t address = H5Dget_offset(dataset);
+      if (address == HADDR_UNDEF) h5::fail_with("dataset " + content.tensors[i].path + " has no storage to write into");
+      offsets.push_back(address);
+    }
+    file.close();
+  });
+  return offsets;
+}
+
+void commit_checkpoint(MPI_Comm comm, const std::string& final_path) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  agree(comm, [&] {
+    if (rank == 0) commit_file(temporary_path(final_path), final_path);
   });
 }
 

@@ -56,6 +56,22 @@ inline constexpr const char* kChecksumAttribute = "checksum";
 void write_checkpoint(MPI_Comm comm, const std::string& final_path,
                       const CheckpointContent& content);
 
+/// \brief final_path + ".tmp": where a checkpoint is written before it is renamed into place.
+std::string temporary_path(const std::string& final_path);
+
+/// \brief The first half of an asynchronous save (checkpoint.async): creates temporary_path(
+/// final_path) with every attribute and every tensor's dataset (its checksum attribute included,
+/// computed from the slabs as write_checkpoint does) and its storage allocated but not written,
+/// and returns each tensor's byte offset in the file (contiguous float32 little-endian), for
+/// io::TensorFileWriter. Collective as write_checkpoint; errors on every rank alike.
+std::vector<std::uint64_t> create_checkpoint_layout(MPI_Comm comm, const std::string& final_path,
+                                                    const CheckpointContent& content);
+
+/// \brief The last step of a save: rank 0 fsyncs temporary_path(final_path), renames it to
+/// final_path and fsyncs the directory; every rank returns after the rename (errors on all).
+/// Call only once every rank's part is written and synced.
+void commit_checkpoint(MPI_Comm comm, const std::string& final_path);
+
 /// \brief A checkpoint open for reading with the MPI-IO driver.
 class CheckpointFile {
  public:

@@ -5,6 +5,7 @@
 // values a checkpoint never holds (NaN, infinities). No HDF5 here.
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -37,6 +38,12 @@ struct TensorCheck {
   /// \brief Adds another part of the same tensor.
   void merge(const TensorCheck& other);
 };
+
+/// \brief Calls run(index, values, n) for each run of the slab's elements that lie one after
+/// another in the tensor's row-major order (a piece of one row of the last dimension): `index` the
+/// logical index of the first, `values` the slab's data for them. In the slab's own order.
+void for_each_run(const TensorSlab& slab,
+                  const std::function<void(std::uint64_t index, const float* values, std::uint64_t n)>& run);
 
 /// \brief The check of the elements a slab holds (its block or its element range; none for an
 /// empty slab), at their logical indices in the slab's full shape.

@@ -12,7 +12,7 @@ namespace tessera {
 
 namespace {
 
-enum class Failure : int { none = 0, input = 1, other = 2 };
+enum class Failure : int { none = 0, input = 1, other = 2, numeric = 3 };
 
 }  // namespace
 
@@ -23,6 +23,9 @@ void agree(MPI_Comm comm, const std::function<void()>& body) {
     body();
   } catch (const InputError& e) {
     failure = Failure::input;
+    message = e.what();
+  } catch (const NumericError& e) {
+    failure = Failure::numeric;
     message = e.what();
   } catch (const std::exception& e) {
     failure = Failure::other;
@@ -46,6 +49,7 @@ void agree(MPI_Comm comm, const std::function<void()>& body) {
   message.resize(static_cast<std::size_t>(header[1]));
   MPI_CHECK(MPI_Bcast(message.data(), header[1], MPI_CHAR, first, comm));
   if (static_cast<Failure>(header[0]) == Failure::input) throw InputError(message);
+  if (static_cast<Failure>(header[0]) == Failure::numeric) throw NumericError(message);
   throw std::runtime_error(message);
 }
 

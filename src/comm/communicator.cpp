@@ -111,18 +111,24 @@ std::vector<int> Communicator::members(Group g) const {
 }
 
 bool Communicator::fault_at(Group g) const {
-  return fault_.action != comm::CommFault::Action::none && fault_.rank == world_rank_ &&
-         fault_.group == group_name(g) && comm::flight_recorder().next_seq(handle(g)) == fault_.seq;
+  // The first operation the hook can act on at or after the sequence number it names (an agree()
+  // or a nested section may hold that number itself), once.
+  if (fault_.action == comm::CommFault::Action::none || fault_fired_ || fault_.rank != world_rank_ ||
+      fault_.group != group_name(g) || comm::flight_recorder().next_seq(handle(g)) < fault_.seq)
+    return false;
+  fault_fired_ = true;
+  return true;
 }
 
 std::uint64_t Communicator::enter(const char* op, Group g, std::size_t bytes, bool blocking, int root) const {
   auto& recorder = comm::flight_recorder();
   if (fault_at(g)) {
+    const std::uint64_t seq = recorder.next_seq(handle(g));
     if (fault_.action == comm::CommFault::Action::stall) {
-      comm::stall(world_rank_, op, group_name(g), fault_.seq);
+      comm::stall(world_rank_, op, group_name(g), seq);
     } else {
       std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_COMM_FAULT: skipping %s #%llu of the %s group\n",
-                   world_rank_, op, static_cast<unsigned long long>(fault_.seq), group_name(g));
+                   world_rank_, op, static_cast<unsigned long long>(seq), group_name(g));
       recorder.skip_seq(handle(g));
       return 0;
     }
@@ -133,7 +139,7 @@ std::uint64_t Communicator::enter(const char* op, Group g, std::size_t bytes, bo
 comm::WatchedOp Communicator::watch(const char* op, Group g, std::size_t bytes) const {
   // The test hook's stall applies to a section too; its skip does not (the caller runs the body).
   if (fault_.action == comm::CommFault::Action::stall && fault_at(g))
-    comm::stall(world_rank_, op, group_name(g), fault_.seq);
+    comm::stall(world_rank_, op, group_name(g), comm::flight_recorder().next_seq(handle(g)));
   return comm::WatchedOp(comm::flight_recorder().begin_collective(op, handle(g), bytes, true));
 }
 
@@ -299,6 +305,20 @@ std::vector<std::string> Communicator::allgather_strings(const std::string& s, G
   for (std::size_t i = 0; i < lengths.size(); ++i)
     out.push_back(all.substr(static_cast<std::size_t>(offsets[i]), static_cast<std::size_t>(lengths[i])));
   return out;
+}
+
+std::vector<std::uint64_t> Communicator::allgather_u64(const std::vector<std::uint64_t>& mine, Group g) const {
+  const auto n = static_cast<std::size_t>(size(g));
+  std::vector<std::uint64_t> all;
+  for (std::size_t r = 0; r < n; ++r) all.insert(all.end(), mine.begin(), mine.end());
+  if (n == 1) return all;
+  const std::uint64_t id = enter("allgather", g, mine.size() * sizeof(std::uint64_t), true);
+  if (id == 0) return all;
+  const comm::WatchedOp watched(id);
+  if (mine.size() > static_cast<std::size_t>(INT_MAX)) throw std::length_error("Communicator::allgather_u64: too long");
+  const int count = static_cast<int>(mine.size());
+  MPI_CHECK(MPI_Allgather(mine.data(), count, MPI_UINT64_T, all.data(), count, MPI_UINT64_T, handle(g)));
+  return all;
 }
 
 void Communicator::barrier(Group g) const {

@@ -144,6 +144,8 @@ class Communicator {
   void broadcast(std::string& s, int root, Group g) const;
   /// \brief Every rank's string in group-rank order, on every rank. Collective over the group.
   std::vector<std::string> allgather_strings(const std::string& s, Group g) const;
+  /// \brief Every rank's `mine` (the same length on each), one after another in group-rank order.
+  std::vector<std::uint64_t> allgather_u64(const std::vector<std::uint64_t>& mine, Group g) const;
   void barrier(Group g = Group::world) const;
 
   /// \brief Records a blocking collective section over group g that is not one of the calls
@@ -183,6 +185,7 @@ class Communicator {
   mutable comm::StagingBuffer staging_;
   mutable std::array<std::unique_ptr<comm::NcclComm>, 4> nccl_;  ///< by Group, on first use
   comm::CommFault fault_;  ///< TESSERA_TEST_COMM_FAULT (comm/fault_hook.hpp)
+  mutable bool fault_fired_ = false;
   /// The flight recorder's side of collective `op` on g (and the test hook): the operation's id,
   /// or 0 when the test hook skips it (the caller then returns without calling MPI). blocking:
   /// the calling thread waits in it until the id ends.

@@ -1,7 +1,8 @@
 #pragma once
 // A test hook: TESSERA_TEST_COMM_FAULT="ACTION:RANK:GROUP:SEQ" makes world rank RANK misbehave at
-// the SEQ-th collective of its GROUP communicator (world, data, tensor, pipeline; numbered as the
-// flight recorder numbers them):
+// the first collective of its GROUP communicator (world, data, tensor, pipeline) numbered SEQ or
+// later, as the flight recorder numbers them (an agree() inside a read holds a number too, and the
+// hook acts on the Communicator's operations and marked sections only), once:
 //   stall  the rank prints one line and sleeps there (an hour, whatever signal arrives), before it
 //          enters the collective (or the collective file operation the trainer marks: a dataset
 //          read, a checkpoint write): a rank that hangs without dying;

@@ -98,6 +98,7 @@ struct TrainConfig {
   int log_every = 50;
   bool drop_last = true;   ///< drop the last partial global batch of an epoch
   bool recompute = false;  ///< keep only each block's input; recompute its forward in backward
+  std::int64_t check_replicas_every = 0;  ///< compare the data replicas' checksums every this many steps; 0: off
   Precision precision = Precision::fp32;
   double loss_scale = 65536.0;       ///< fp16: initial dynamic loss scale
   int loss_scale_window = 1000;      ///< fp16: double the scale after this many finite steps
@@ -118,6 +119,7 @@ struct CheckpointConfig {
   std::int64_t every_steps = 0;  ///< 0: only at the end
   int keep = 3;                  ///< newest complete checkpoints kept; 0 keeps all
   bool at_end = true;
+  bool async = false;  ///< write in the background; the step pauses only to copy
 
   bool operator==(const CheckpointConfig&) const = default;
 };

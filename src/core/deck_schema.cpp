@@ -192,6 +192,7 @@ std::vector<KeySpec> build_schema() {
     train.key<&T::global_batch>("global_batch", at_least(1), "samples per optimizer step, summed over all ranks"),
     train.key<&T::log_every>("log_every", at_least(1), "log a train row to metrics.csv every this many steps"),
     train.flag<&T::drop_last>("drop_last", "drop the last partial global batch of an epoch"),
+    train.key<&T::check_replicas_every>("check_replicas_every", closed(0, kMaxSteps), "every this many steps the data replicas compare checksums of their parameters (and unsharded optimizer state) and stop on a difference (exit 3); 0: off"),
     train.flag<&T::recompute>("recompute", "activation recomputation: keep each block's input only and recompute its forward during backward"),
     train.choice<&T::precision>("precision", kPrecisions, "activations and matrix products in fp32, bf16 or fp16; master weights, optimizer and reductions stay fp32"),
     train.key<&T::loss_scale>("loss_scale", open_closed(0, 16777216), "fp16: initial dynamic loss scale (halved and the step skipped on overflow)"),
@@ -205,6 +206,7 @@ std::vector<KeySpec> build_schema() {
     checkpoint.key<&C::every_steps>("every_steps", closed(0, kMaxSteps), "write a checkpoint every this many steps; 0: only at the end"),
     checkpoint.key<&C::keep>("keep", at_least(0), "newest complete checkpoints kept; 0 keeps all"),
     checkpoint.flag<&C::at_end>("at_end", "write a checkpoint at the end of training"),
+    checkpoint.flag<&C::async>("async", "copy the checkpoint to host memory at the step and write it in the background while training goes on"),
 
     comm.choice<&CommConfig::allreduce>("allreduce", kAllreduceAlgorithms, "gradient allreduce algorithm: mpi (MPI_Allreduce), ring (reduce-scatter + allgather), parameter-server (through rank 0)"),
     comm.key<&CommConfig::ring_segment_kb>("ring_segment_kb", closed(1, 1 << 20), "ring and parameter-server: KiB per point-to-point message, so large buffers pipeline"),

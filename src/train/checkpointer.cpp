@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -15,6 +16,7 @@
 #include "core/version.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/small_file.hpp"
+#include "io/tensor_file_writer.hpp"
 #include "io/tensor_check.hpp"
 
 namespace tessera {
@@ -233,19 +235,9 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataPa
   return out;
 }
 
-std::string Checkpointer::save(const Model& model, const DataParallel& dp, const TrainState& state) {
-  const auto& store = model.params();
+io::CheckpointContent Checkpointer::content(const Model& model, const DataParallel& dp, const TrainState& state,
+                                            const float* values, const std::vector<const float*>& states) const {
   const Optimizer& opt = dp.optimizer();
-  // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
-  // optimizer state (full at zero 0, this rank's shard above).
-  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), dp.zero() >= 3 ? dp.value_shard() : store.values());
-  std::vector<decltype(h_values)> h_states;
-  std::vector<const float*> states;
-  for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
-    h_states.push_back(Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)));
-    states.push_back(h_states.back().data());
-  }
-
   io::CheckpointContent c;
   c.root_attrs = {
       {"step", state.step},
@@ -265,20 +257,98 @@ std::string Checkpointer::save(const Model& model, const DataParallel& dp, const
                             {"loss_scale_good_steps", state.loss_scale_good_steps},
                             {"skipped_steps", state.skipped_steps},
                             {"samples_seen", state.samples_seen}};
-  c.tensors = slabs(model, &dp, h_values.data(), states);
+  c.tensors = slabs(model, &dp, values, states);
+  return c;
+}
 
+std::string Checkpointer::save(const Model& model, const DataParallel& dp, const TrainState& state) {
+  const auto& store = model.params();
+  const Optimizer& opt = dp.optimizer();
+  // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
+  // optimizer state (full at zero 0, this rank's shard above).
+  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), dp.zero() >= 3 ? dp.value_shard() : store.values());
+  std::vector<decltype(h_values)> h_states;
+  std::vector<const float*> states;
+  for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
+    h_states.push_back(Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)));
+    states.push_back(h_states.back().data());
+  }
   const fs::path path = fs::path(dir_) / fmt::format("step_{:08}.h5", state.step);
-  io::write_checkpoint(comm_.handle(), path.string(), c);
+  io::write_checkpoint(comm_.handle(), path.string(), content(model, dp, state, h_values.data(), states));
   written_.insert(state.step);
+  record_latest(path.string());
+  return path.string();
+}
 
+struct Checkpointer::PendingSave {
+  std::vector<float> values;                ///< staged copies: the writer reads these
+  std::vector<std::vector<float>> states;
+  std::unique_ptr<io::TensorFileWriter> writer;
+  std::string path;
+  std::int64_t step = 0;
+};
+
+Checkpointer::~Checkpointer() = default;
+
+void Checkpointer::begin_save(const Model& model, const DataParallel& dp, const TrainState& state) {
+  if (pending_) throw std::logic_error("Checkpointer::begin_save with a save in flight");
+  auto p = std::make_unique<PendingSave>();
+  // Stage: this rank's values and optimizer state copied out of the live buffers (the only
+  // pause; training changes them from the next step on).
+  const auto stage = [](const auto& view, std::vector<float>& into) {
+    into.resize(view.size());
+    Kokkos::deep_copy(Kokkos::View<float*, HostSpace, Kokkos::MemoryUnmanaged>(into.data(), into.size()), view);
+  };
+  stage(dp.zero() >= 3 ? dp.value_shard() : model.params().values(), p->values);
+  const Optimizer& opt = dp.optimizer();
+  std::vector<const float*> states;
+  p->states.resize(opt.state_names().size());
+  for (std::size_t i = 0; i < p->states.size(); ++i) {
+    stage(opt.state(i), p->states[i]);
+    states.push_back(p->states[i].data());
+  }
+  p->step = state.step;
+  p->path = (fs::path(dir_) / fmt::format("step_{:08}.h5", state.step)).string();
+  io::CheckpointContent c = content(model, dp, state, p->values.data(), states);
+  std::vector<std::uint64_t> offsets = io::create_checkpoint_layout(comm_.handle(), p->path, c);
+  // Test hooks (as the synchronous ones of io/checkpoint_file.cpp, naming steps): rank 1 (0 when
+  // alone) fails its background write, or is killed half-way through it.
+  const bool faulty = comm_.rank() == std::min(1, comm_.size() - 1);
+  const auto names_step = [&](const char* variable) {
+    const char* steps = std::getenv(variable);
+    return steps != nullptr && fmt::format(",{},", steps).find(fmt::format(",{},", state.step)) != std::string::npos;
+  };
+  const std::string target = faulty && names_step("TESSERA_TEST_FAIL_IN_CHECKPOINT")
+                                 ? io::temporary_path(p->path) + ".TESSERA_TEST_FAIL_IN_CHECKPOINT/missing"
+                                 : io::temporary_path(p->path);
+  p->writer = std::make_unique<io::TensorFileWriter>(target, std::move(c.tensors), std::move(offsets),
+                                                      faulty && names_step("TESSERA_TEST_KILL_IN_CHECKPOINT"));
+  pending_ = std::move(p);
+}
+
+bool Checkpointer::save_written() const { return !pending_ || pending_->writer->done(); }
+
+std::string Checkpointer::finish_save() {
+  if (!pending_) throw std::logic_error("Checkpointer::finish_save without a save in flight");
+  const std::unique_ptr<PendingSave> p = std::move(pending_);
+  const std::string error = p->writer->wait();
+  agree(comm_.handle(), [&] {
+    if (!error.empty()) throw InputError(error);
+  });
+  io::commit_checkpoint(comm_.handle(), p->path);
+  written_.insert(p->step);
+  record_latest(p->path);
+  return p->path;
+}
+
+void Checkpointer::record_latest(const std::string& path) {
   // Point `latest` at it (written whole or not at all), then prune. Rank 0 alone touches the
   // directory; the agreement carries any failure to every rank.
   agree(comm_.handle(), [&] {
     if (!comm_.is_root()) return;
-    io::write_file_atomically((fs::path(dir_) / "latest").string(), path.filename().string() + "\n");
+    io::write_file_atomically((fs::path(dir_) / "latest").string(), fs::path(path).filename().string() + "\n");
     prune();
   });
-  return path.string();
 }
 
 void Checkpointer::prune() const {

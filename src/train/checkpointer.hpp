@@ -4,6 +4,7 @@
 // the newest `keep` kept. Model tensors and optimizer state are stored in their logical shapes;
 // each rank writes the rows it owns, so no element is written twice.
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@ struct LatestCheckpoint {
 class Checkpointer {
  public:
   Checkpointer(const Config& cfg, const Communicator& comm);
+  ~Checkpointer();
 
   /// <output_dir>/checkpoints
   const std::string& dir() const { return dir_; }
@@ -53,6 +55,22 @@ class Checkpointer {
   /// (an InputError naming the file that could not be written) is thrown on every rank. Returns
   /// the path written.
   std::string save(const Model& model, const DataParallel& dp, const TrainState& state);
+
+  /// \brief The first half of an asynchronous save (checkpoint.async): copies what this rank
+  /// owns into host staging buffers, computes the checksums, creates the file's layout (metadata
+  /// and allocated datasets, io::create_checkpoint_layout) and starts a thread that writes the
+  /// values; returns at once. Training may change the model as soon as it returns. One save may
+  /// be in flight: finish_save() the last first. Collective over world.
+  void begin_save(const Model& model, const DataParallel& dp, const TrainState& state);
+  /// \brief True between begin_save() and finish_save().
+  bool save_in_flight() const { return pending_ != nullptr; }
+  /// \brief True once this rank's writer has finished (or no save is in flight). Local.
+  bool save_written() const;
+  /// \brief Completes the save in flight: waits for this rank's writer, then (every rank's part
+  /// written and synced) renames the file into place, points `latest` at it and prunes, as save()
+  /// does. A write that failed on any rank is an InputError on every rank and leaves `latest` on
+  /// the previous checkpoint. Collective over world. Returns the path written.
+  std::string finish_save();
 
   /// \brief Loads parameters and optimizer state from `path` into model and opt; collective.
   /// Validates before anything is used: exactly the deck's tensors with its shapes (model and
@@ -76,6 +94,15 @@ class Checkpointer {
   void verify(const io::CheckpointFile& file, const std::vector<io::TensorSlab>& owned) const;
   /// Drops stale temporary files and the checkpoints of this run beyond `keep`. Rank 0.
   void prune() const;
+  /// The root and group attributes of a checkpoint of `state`, and this rank's slabs of values
+  /// and states (host copies) in the file's order.
+  io::CheckpointContent content(const Model& model, const DataParallel& dp, const TrainState& state,
+                                const float* values, const std::vector<const float*>& states) const;
+  /// After the file is renamed into place: `latest` names it, old ones are pruned (rank 0, agreed).
+  void record_latest(const std::string& path);
+
+  struct PendingSave;
+  std::unique_ptr<PendingSave> pending_;  ///< the asynchronous save in flight
 
   const Config& cfg_;
   const Communicator& comm_;

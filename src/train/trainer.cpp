@@ -15,6 +15,7 @@
 #include "optim/schedule.hpp"
 #include "train/pipeline.hpp"
 #include "train/memory_estimate.hpp"
+#include "train/replica_check.hpp"
 #include "train/stop_signal.hpp"
 #include "train/threads.hpp"
 
@@ -296,6 +297,16 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   out_->log(fmt::format("model: {} ({} parameters; {} on this rank), {} steps/epoch, {} steps in all",
                         describe_model(cfg_, shape), parameters, store.parameter_count(),
                         sampler_->batches_per_epoch(), total_steps()));
+  if (cfg_.checkpoint.async)
+    out_->log("checkpoints: asynchronous (each rank copies its part at the step, a thread of its own "
+              "writes it; latest moves once every rank's part is on disk)");
+  if (cfg_.train.check_replicas_every > 0)
+    out_->log(*replicated_state(cfg_, comm_) == '\0'
+                  ? fmt::format("replica checks: none (train.check_replicas_every = {}: {})",
+                                cfg_.train.check_replicas_every,
+                                comm_.size(Group::data) == 1 ? "one data replica" : "ZeRO 3 shards everything")
+                  : fmt::format("replica checks: every {} steps the data replicas compare the checksums of "
+                                "their {}", cfg_.train.check_replicas_every, replicated_state(cfg_, comm_)));
   out_->log(fmt::format("exchange: {} bucket(s) of about {} MB, overlap {}, no_sync {}, ZeRO stage {}",
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
                         cfg_.comm.no_sync, cfg_.parallel.zero));
@@ -484,14 +495,18 @@ double Trainer::train_step(double lr) {
   timer_.add(Phase::optimizer, dp_->last_update_seconds());
   // The loss lives on the last stage; its tensor ranks all hold it: count it once.
   if (!model_->last_stage() || comm_.rank(Group::tensor) != 0) loss_sum = 0.0;
-  // One small reduction per step: the loss, whether any rank saw a non-finite gradient, and
-  // whether any rank was asked to stop (so all stop after this same step).
-  double reduced[3] = {loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0, stop_signal() ? 1.0 : 0.0};
-  comm_.allreduce_sum(reduced, 3, Group::world);
+  // One small reduction per step: the loss, whether any rank saw a non-finite gradient, whether
+  // any rank was asked to stop (so all stop after this same step), and how many ranks have
+  // finished writing the asynchronous checkpoint in flight (all: it is completed after the step).
+  double reduced[4] = {loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0, stop_signal() ? 1.0 : 0.0,
+                       ckpt_->save_written() ? 1.0 : 0.0};
+  comm_.allreduce_sum(reduced, 4, Group::world);
   stop_requested_ = reduced[2] > 0.0;
+  save_written_ = reduced[3] == static_cast<double>(comm_.size());
   const double loss = reduced[0] / static_cast<double>(batch.size());
   last_grad_norm_ = grad_norm;
   if (!dp_->skipped() && (reduced[1] > 0.0 || !std::isfinite(loss))) {
+    finish_checkpoint();  // the one in flight is of an earlier, good step
     const std::string latest = last_checkpoint_step_ >= 0 ? fmt::format("step {}", last_checkpoint_step_) : "none";
     write_summary("numerical_failure");
     throw NumericError(fmt::format(
@@ -574,13 +589,30 @@ EvalResult Trainer::run_eval() {
 
 void Trainer::checkpoint() {
   const double t0 = StepTimer::now();
-  std::string path;
-  {
-    const auto watch = comm_.watch("checkpoint write", Group::world);
-    path = ckpt_->save(*model_, *dp_, state_);
+  const auto watch = comm_.watch("checkpoint write", Group::world);
+  if (!cfg_.checkpoint.async) {
+    const std::string path = ckpt_->save(*model_, *dp_, state_);
+    last_checkpoint_step_ = state_.step;
+    out_->log(fmt::format("checkpoint {} ({:.2f} s)", path, StepTimer::now() - t0));
+    return;
   }
+  // At most one save in flight: the next waits for the last.
+  finish_checkpoint();
+  ckpt_->begin_save(*model_, *dp_, state_);
   last_checkpoint_step_ = state_.step;
-  out_->log(fmt::format("checkpoint {} ({:.2f} s)", path, StepTimer::now() - t0));
+  save_started_ = StepTimer::now();
+  out_->log(fmt::format("checkpoint of step {}: staged in {:.3f} s, writing in the background",
+                        state_.step, save_started_ - t0));
+}
+
+void Trainer::finish_checkpoint() {
+  if (!ckpt_->save_in_flight()) return;
+  const double t0 = StepTimer::now();
+  const auto watch = comm_.watch("checkpoint write", Group::world);
+  const std::string path = ckpt_->finish_save();
+  save_written_ = false;
+  out_->log(fmt::format("checkpoint {} (written in the background in {:.2f} s; waited {:.3f} s)", path,
+                        StepTimer::now() - save_started_, StepTimer::now() - t0));
 }
 
 ExitCode Trainer::run() {
@@ -613,12 +645,18 @@ ExitCode Trainer::run() {
     if (test_ && ((epoch_end && cfg_.eval.every_epoch) ||
                   (cfg_.eval.every_steps > 0 && state_.step % cfg_.eval.every_steps == 0)))
       run_eval();
+    if (cfg_.train.check_replicas_every > 0 && state_.step % cfg_.train.check_replicas_every == 0)
+      check_replicas(cfg_, comm_, *model_, *dp_, state_.step);
+    // An asynchronous save whose every part is written (the step's reduction said so) is
+    // completed here, between steps.
+    if (save_written_) finish_checkpoint();
     if (cfg_.checkpoint.every_steps > 0 && state_.step % cfg_.checkpoint.every_steps == 0)
       checkpoint();
     if (stop_requested_) return stop();
   }
   if (test_ && cfg_.eval.at_end && last_eval_step_ != state_.step) run_eval();
   if (cfg_.checkpoint.at_end && last_checkpoint_step_ != state_.step) checkpoint();
+  finish_checkpoint();
 
   const double wall = StepTimer::now() - run_start_wall_;
   write_summary("completed");
@@ -691,6 +729,7 @@ ExitCode Trainer::stop() {
   out_->log(fmt::format("stop requested by signal: stopping after step {}, writing a checkpoint; "
                         "continue with --resume auto", state_.step));
   if (last_checkpoint_step_ != state_.step) checkpoint();
+  finish_checkpoint();
   write_summary("stopped_by_signal");
   return ExitCode::signalled;
 }

@@ -77,6 +77,8 @@ class Trainer {
   void log_progress(double lr, double loss, double grad_norm);
   EvalResult run_eval();
   void checkpoint();
+  /// Completes the asynchronous save in flight, if any (waits for the writers). Collective.
+  void finish_checkpoint();
   std::int64_t total_steps() const;
   ExitCode stop();
   void log_memory();
@@ -87,6 +89,8 @@ class Trainer {
   const Config& cfg_;
   const Communicator& comm_;
   std::string resume_note_;  ///< why --resume auto took another checkpoint than `latest` names
+  bool save_written_ = false;  ///< every rank's writer of the save in flight has finished
+  double save_started_ = 0.0;  ///< when the save in flight was staged
   ExecSpace exec_;
   std::unique_ptr<io::Split> train_, test_;
   std::unique_ptr<Sampler> sampler_;

@@ -132,17 +132,32 @@ TEST_F(Diff, TwoRankRunEqualsOneRankRunWithinDesignTolerance) {
   }
 }
 
+// Python twin of io/tensor_check.hpp's checksum: the sum modulo 2^64 over the elements of a
+// 64-bit mix of (row-major index, float32 bits).
+constexpr const char* kChecksumPy =
+    "import h5py,numpy as np,sys\n"
+    "def checksum(a):\n"
+    "  x=np.arange(a.size,dtype=np.uint64)*np.uint64(0x9E3779B97F4A7C15)+a.ravel().view(np.uint32).astype(np.uint64)\n"
+    "  for s,m in ((30,0xBF58476D1CE4E5B9),(27,0x94D049BB133111EB),(31,None)):\n"
+    "    x^=x>>np.uint64(s)\n"
+    "    if m: x*=np.uint64(m)\n"
+    "  return int(x.sum(dtype=np.uint64))\n";
+
 TEST_F(Diff, OneChangedElementIsReportedWithItsExactDifference) {
   const std::string dir = fresh_dir("diff_changed");
   const std::string changed = dir + "/changed.h5";
   fs::copy_file(ckpt("np1"), changed);
   // Add 0.25 to one weight; print the difference as float32 arithmetic makes it, and the
   // expected max_rel, in full precision.
+  // The checksum attribute follows the change (docs/design.md "Checkpoints" gives its formula),
+  // as it would in a checkpoint that was written with these values.
   const std::string out = python(dir,
-                                 "import h5py,numpy as np,sys\n"
+                                 std::string(kChecksumPy) +
                                  "with h5py.File(sys.argv[1],'r+') as f:\n"
                                  "  d=f['model/layers.1.weight']; a=d[()]\n"
+                                 "  assert int(d.attrs['checksum'])==checksum(a)\n"
                                  "  b=a.copy(); b[3,5]=np.float32(b[3,5]+np.float32(0.25)); d[...]=b\n"
+                                 "  d.attrs['checksum']=np.uint64(checksum(b))\n"
                                  "diff=abs(float(b[3,5])-float(a[3,5]))\n"
                                  "scale=max(np.abs(a).max(),np.abs(b).max())\n"
                                  "print(repr(diff), repr(diff/float(scale)))\n",
@@ -182,29 +197,33 @@ TEST_F(Diff, OneChangedElementIsReportedWithItsExactDifference) {
 }
 
 TEST_F(Diff, LargeTensorsAreComparedInBlocksOnAnyRankCount) {
-  // Hand-made checkpoints: a 1500x1000 tensor (more than one read block of 2^20 elements) that
-  // differs only at its last element, and one with a NaN on one side.
+  // Hand-made checkpoints (format_version 1: no checksums): a 1500x1000 tensor (more than one
+  // read block of 2^20 elements) that differs only at its last element; and one with a NaN, which
+  // no checkpoint holds: that file is refused as damaged, on any rank count.
   const std::string dir = fresh_dir("diff_large");
   python(dir,
          "import h5py,numpy as np,sys\n"
          "a=np.random.default_rng(1).normal(size=(1500,1000)).astype(np.float32)\n"
          "b=a.copy(); b[-1,-1]=np.float32(b[-1,-1]+np.float32(3.0))\n"
          "m=np.arange(6,dtype=np.float32); n=m.copy(); n[2]=np.nan\n"
-         "for path,x,y in ((sys.argv[1],a,m),(sys.argv[2],b,n)):\n"
+         "for path,x,y in ((sys.argv[1],a,m),(sys.argv[2],b,m),(sys.argv[4],a,n)):\n"
          "  with h5py.File(path,'w') as f:\n"
          "    f.attrs['format']='tessera-checkpoint'; f.attrs['format_version']=np.int64(1)\n"
          "    f['model/big']=x; f['optimizer/small/momentum']=y\n"
          "d=abs(float(b[-1,-1])-float(a[-1,-1]))\n"
          "open(sys.argv[3],'w').write(repr(d))\n",
-         fmt::format("{0}/a.h5 {0}/b.h5 {0}/expected.txt", dir));
+         fmt::format("{0}/a.h5 {0}/b.h5 {0}/expected.txt {0}/nan.h5", dir));
   const double expected = std::stod(read_file(dir + "/expected.txt"));
   for (int ranks : {1, 2, 3}) {
     const RunResult r = tessera(ranks, fmt::format("diff {0}/a.h5 {0}/b.h5 --csv {0}/d.csv", dir));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto rows = read_csv(dir + "/d.csv");
     EXPECT_EQ(std::stod(rows.at("model/big").max_abs), expected) << ranks << " ranks";
-    EXPECT_EQ(rows.at("optimizer/small/momentum").max_abs, "inf") << ranks << " ranks";
-    EXPECT_EQ(rows.at("optimizer/small/momentum").max_rel, "inf") << ranks << " ranks";
+    EXPECT_EQ(rows.at("optimizer/small/momentum").status, "equal") << ranks << " ranks";
+    const RunResult nan = tessera(ranks, fmt::format("diff {0}/a.h5 {0}/nan.h5", dir));
+    EXPECT_EQ(nan.exit_code, 2) << nan.output;
+    EXPECT_NE(nan.output.find("nan.h5: dataset optimizer/small/momentum holds a NaN or infinite value at element 2"),
+              std::string::npos) << nan.output;
   }
 }
 

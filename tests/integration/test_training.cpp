@@ -90,6 +90,69 @@ TEST(Training, CosineRestartsResumeMidCycleExactly) {
   }
 }
 
+TEST(Training, AsyncCheckpointsHoldTheSyncTensorsAndResume) {
+  // The same run with synchronous and asynchronous checkpoints every 10 steps: the same losses,
+  // and checkpoints with the same tensors; the asynchronous one resumes to the same end.
+  const std::string sync = fresh_dir("async_sync"), async = fresh_dir("async_async");
+  ASSERT_EQ(tessera(2, train_args(sync, "--set checkpoint.keep=0")).exit_code, 0);
+  const RunResult r = tessera(2, train_args(async, "--set checkpoint.keep=0 --set checkpoint.async=true"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(read_file(async + "/log.txt").find("written in the background"), std::string::npos);
+  EXPECT_EQ(max_relative_difference(train_losses(sync), train_losses(async)), 0.0);
+  for (const char* step : {"10", "20", "30"}) {
+    const std::string name = std::string("/checkpoints/step_000000") + step + ".h5";
+    const RunResult d = tessera(1, "diff " + sync + name + " " + async + name + " --tolerance 0");
+    EXPECT_EQ(d.exit_code, 0) << d.output;
+  }
+  EXPECT_EQ(read_file(async + "/checkpoints/latest"), "step_00000030.h5\n");
+  // Resume the asynchronous run from step 20 on 1 rank: the same losses to the end.
+  const std::string resumed = fresh_dir("async_resumed");
+  const RunResult again = tessera(1, train_args(resumed, "--set checkpoint.async=true --resume " + async +
+                                                             "/checkpoints/step_00000020.h5"));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const auto a = train_losses(async), b = train_losses(resumed);
+  for (std::int64_t s = 21; s <= 30; ++s) EXPECT_NEAR(b.at(s), a.at(s), 1e-5 * a.at(s)) << s;
+}
+
+TEST(Training, AsyncCheckpointFailingOrKilledOnOneRankKeepsTheLastOne) {
+  // Rank 1's background write fails: every rank exits 2 with one line, latest stays on step 10.
+  const std::string failed = fresh_dir("async_fail");
+  const RunResult f = shell("TESSERA_TEST_FAIL_IN_CHECKPOINT=20 " +
+                            tessera_command(2, train_args(failed, "--set checkpoint.async=true")));
+  EXPECT_EQ(f.exit_code, 2) << f.output;
+  EXPECT_EQ(count(f.output, "tessera: error:"), 1) << f.output;
+  EXPECT_EQ(read_file(failed + "/checkpoints/latest"), "step_00000010.h5\n");
+  // Rank 1 killed in the middle of its background write: latest stays on step 10, which resumes.
+  const std::string killed = fresh_dir("async_kill");
+  const RunResult k = shell("TESSERA_TEST_KILL_IN_CHECKPOINT=20 " +
+                            tessera_command(2, train_args(killed, "--set checkpoint.async=true")));
+  EXPECT_NE(k.exit_code, 0) << k.output;
+  EXPECT_EQ(read_file(killed + "/checkpoints/latest"), "step_00000010.h5\n");
+  EXPECT_EQ(tessera(2, train_args(killed, "--set checkpoint.async=true --resume auto")).exit_code, 0);
+}
+
+TEST(Training, ReplicaChecksPassAndCatchADivergedReplica) {
+  // Checks every 5 steps change nothing; a replica perturbed just before the check after step 10
+  // stops the run there, naming the tensor and the ranks, before step 10's checkpoint.
+  const std::string plain = fresh_dir("replicas_plain"), checked = fresh_dir("replicas_checked");
+  ASSERT_EQ(tessera(2, train_args(plain)).exit_code, 0);
+  ASSERT_EQ(tessera(2, train_args(checked, "--set train.check_replicas_every=5")).exit_code, 0);
+  EXPECT_EQ(max_relative_difference(train_losses(plain), train_losses(checked)), 0.0);
+  EXPECT_NE(read_file(checked + "/log.txt").find("compare the checksums of their parameters and optimizer state"),
+            std::string::npos);
+  for (const char* zero : {"0", "1"}) {
+    const std::string bad = fresh_dir(std::string("replicas_bad") + zero);
+    const RunResult r = shell("TESSERA_TEST_PERTURB_REPLICA=10 " +
+                              tessera_command(2, train_args(bad, std::string("--set train.check_replicas_every=5 ") +
+                                                                     "--set parallel.zero=" + zero)));
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_EQ(count(r.output, "tessera: error:"), 1) << r.output;
+    EXPECT_NE(r.output.find("diverged by step 10: layers.0.weight differs between world rank 0 and world rank(s) 1"),
+              std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(bad + "/checkpoints/step_00000010.h5"));
+  }
+}
+
 TEST(Training, CheckpointFromTwoRanksResumesOnOneAndFour) {
   const std::string whole = fresh_dir("reshard_whole");
   ASSERT_EQ(tessera(2, train_args(whole, "--set train.steps=40")).exit_code, 0);

@@ -1,0 +1,79 @@
+#include "train/replica_check.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "io/tensor_check.hpp"
+
+namespace tessera {
+
+namespace {
+
+// The checksum of each parameter's block in `values` (host), in parameter order.
+void block_sums(const nn::ParamStore<float>& store, const float* values, std::vector<std::uint64_t>& out) {
+  for (const auto& p : store.infos()) {
+    std::uint64_t sum = 0;
+    for (std::size_t k = 0; k < p.size; ++k) sum += io::element_checksum(k, values[p.offset + k]);
+    out.push_back(sum);
+  }
+}
+
+void perturb_for_test(const Communicator& comm, Model& model, std::int64_t step) {
+  const char* wanted = std::getenv("TESSERA_TEST_PERTURB_REPLICA");
+  if (wanted == nullptr || std::atoll(wanted) != step || comm.rank(Group::data) != 1) return;
+  auto values = model.params().values();
+  auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), values);
+  h(0) += 1e-3f;
+  Kokkos::deep_copy(values, h);
+}
+
+}  // namespace
+
+const char* replicated_state(const Config& cfg, const Communicator& comm) {
+  if (comm.size(Group::data) == 1 || cfg.parallel.zero >= 3) return "";
+  return cfg.parallel.zero == 0 ? "parameters and optimizer state" : "parameters";
+}
+
+void check_replicas(const Config& cfg, const Communicator& comm, Model& model, const DataParallel& dp,
+                    std::int64_t step) {
+  if (*replicated_state(cfg, comm) == '\0') return;
+  perturb_for_test(comm, model, step);
+  const auto& store = model.params();
+  std::vector<std::uint64_t> sums;
+  block_sums(store, Kokkos::create_mirror_view_and_copy(HostSpace(), store.values()).data(), sums);
+  const Optimizer& opt = dp.optimizer();
+  if (cfg.parallel.zero == 0)
+    for (std::size_t i = 0; i < opt.state_names().size(); ++i)
+      block_sums(store, Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)).data(), sums);
+
+  // Every rank of the data group sees every rank's sums; the first that differs from rank 0's.
+  const std::vector<std::uint64_t> all = comm.allgather_u64(sums, Group::data);
+  const std::vector<int> ranks = comm.members(Group::data);
+  const std::size_t n = sums.size(), params = store.infos().size();
+  std::string problem;
+  for (std::size_t i = 0; i < n && problem.empty(); ++i) {
+    std::vector<int> differ;
+    for (std::size_t r = 1; r < ranks.size(); ++r)
+      if (all[r * n + i] != all[i]) differ.push_back(ranks[r]);
+    if (differ.empty()) continue;
+    const std::string what = i < params ? store.infos()[i].name
+                                        : fmt::format("{} of {}", opt.state_names()[i / params - 1],
+                                                      store.infos()[i % params].name);
+    problem = fmt::format("the data replicas diverged by step {}: {} differs between world rank {} and "
+                          "world rank(s) {} (train.check_replicas_every = {}); they should hold it bit "
+                          "for bit: suspect those ranks' nodes or a bug", step, what, ranks[0],
+                          fmt::join(differ, ", "), cfg.train.check_replicas_every);
+  }
+  // Every data group reaches its own verdict; all ranks learn the first.
+  agree(comm.handle(), [&] {
+    if (!problem.empty()) throw NumericError(problem);
+  });
+}
+
+}  // namespace tessera
