@@ -21,6 +21,7 @@
 #include "core/error.hpp"
 #include "comm/agree.hpp"
 #include "io/h5.hpp"
+#include "io/h5_probe.hpp"
 #include "io/tensor_check.hpp"
 #include "comm/mpi_check.hpp"
 
@@ -400,9 +401,7 @@ CheckpointFile::CheckpointFile(MPI_Comm comm, const std::string& path)
   impl_->comm = comm;
   impl_->path = path;
   const h5::InputScope scope(path);
-  agree(comm, [&] {
-    if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
-  });
+  h5::check_openable(comm, path);
   impl_->file = h5::open_parallel(comm, path);
   agree(comm, [&] { impl_->format_version = impl_->check_format(); });
 }

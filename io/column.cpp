@@ -11,6 +11,7 @@
 #include "comm/agree.hpp"
 #include "comm/mpi_check.hpp"
 #include "core/error.hpp"
+#include "io/h5_probe.hpp"
 
 namespace tessera::io {
 
@@ -159,9 +160,7 @@ std::optional<Found> first_found(MPI_Comm comm, std::optional<Found> mine) {
 }
 
 h5::File open_agreed(MPI_Comm comm, const std::string& path) {
-  agree(comm, [&] {
-    if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
-  });
+  h5::check_openable(comm, path);
   return h5::open_parallel(comm, path);
 }
 

@@ -101,8 +101,9 @@ struct Found {
 /// Collective: every rank of comm calls it.
 std::optional<Found> first_found(MPI_Comm comm, std::optional<Found> mine);
 
-/// \brief Opens the file at path read-only on every rank of comm, after every rank has checked
-/// it exists and is HDF5 (else every rank throws the same InputError naming it).
+/// \brief Opens the file at path read-only on every rank of comm, after h5::check_openable (it
+/// exists and is HDF5 on every rank, its metadata reads in rank 0's sandbox; else every rank
+/// throws the same InputError naming it).
 h5::File open_agreed(MPI_Comm comm, const std::string& path);
 
 /// \brief The transfer list of the dataset readers: independent reads, each rank its own MPI-IO

@@ -126,13 +126,17 @@ herr_t collect_dataset(hid_t group, const char* name, const H5L_info_t*, void* d
 
 }  // namespace
 
-void fail(const char* expr, const char* file, int line) {
+std::string error_text() {
   ErrorText text;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &text);
   H5Eclear2(H5E_DEFAULT);
   std::string why = text.outer;
   if (!text.inner.empty() && text.inner != text.outer) why += " (" + text.inner + ")";
-  if (why.empty()) why = "no HDF5 error message";
+  return why.empty() ? "no HDF5 error message" : why;
+}
+
+void fail(const char* expr, const char* file, int line) {
+  const std::string why = error_text();
   if (!scopes.empty()) {
     const bool writing = scopes.back().access == InputScope::Access::write;
     throw InputError(fmt::format("{}cannot be {} (HDF5: {}){}", scope_prefix(),

@@ -22,6 +22,10 @@ namespace tessera::io::h5 {
 /// naming expr, file and line (a bug). Either carries HDF5's innermost error message.
 [[noreturn]] void fail(const char* expr, const char* file, int line);
 
+/// \brief HDF5's description of its current error stack (the API-level message and, in
+/// parentheses, the innermost one), which it then clears.
+std::string error_text();
+
 /// \brief Throws what fail() throws, for a problem the io layer found itself (an attribute that
 /// is not a scalar, a link that dangles): InputError inside an InputScope, else runtime_error.
 [[noreturn]] void fail_with(const std::string& what);

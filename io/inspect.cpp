@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/h5.hpp"
+#include "io/h5_probe.hpp"
 #include "io/tensor_check.hpp"
 
 namespace tessera::io {
@@ -121,7 +122,7 @@ void print_table(const std::vector<TensorRow>& rows, std::ostream& out) {
 }  // namespace
 
 void inspect_checkpoint(const std::string& path, std::ostream& out) {
-  if (std::optional<std::string> why = h5::describe_unreadable(path)) throw InputError(*why);
+  h5::check_openable(MPI_COMM_SELF, path);
   const h5::InputScope scope(path);
   h5::File file = h5::open_serial(path);
 

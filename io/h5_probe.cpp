@@ -1,0 +1,185 @@
+#include "io/h5_probe.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "comm/agree.hpp"
+#include "comm/mpi_check.hpp"
+#include "core/error.hpp"
+#include "io/h5.hpp"
+
+namespace tessera::io::h5 {
+
+namespace {
+
+// The most bytes one attribute may hold in a probe: a damaged size must not exhaust memory.
+constexpr hssize_t kMaxAttributeBytes = hssize_t{1} << 28;
+constexpr int kExitHdf5Error = 10;
+constexpr unsigned long long kProbeExtraBytes = 4ULL << 30;
+
+double probe_seconds() {
+  const char* text = std::getenv("TESSERA_PROBE_SECONDS");
+  const double s = text != nullptr ? std::atof(text) : 0.0;
+  return s > 0.0 ? s : kProbeSeconds;
+}
+
+// The first HDF5 error of the walk, in HDF5's words (later API calls, a handle's close among
+// them, clear HDF5's own stack).
+std::string first_error;
+
+herr_t failed() {
+  if (first_error.empty()) first_error = error_text();
+  return -1;
+}
+
+// Reads one attribute's value whole, whatever its type (variable-length parts reclaimed).
+herr_t read_attribute(hid_t loc, const char* name, const H5A_info_t*, void*) {
+  Attribute attr(H5Aopen(loc, name, H5P_DEFAULT));
+  if (!attr.valid()) return failed();
+  Datatype type(H5Aget_type(attr));
+  Dataspace space(H5Aget_space(attr));
+  if (!type.valid() || !space.valid()) return failed();
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  if (n < 0) return failed();
+  const bool variable = H5Tis_variable_str(type) > 0 || H5Tdetect_class(type, H5T_VLEN) > 0;
+  Datatype memory(variable ? H5Tget_native_type(type, H5T_DIR_DEFAULT) : H5Tcopy(type));
+  if (!memory.valid()) return failed();
+  const std::size_t size = H5Tget_size(memory);
+  if (size == 0 || static_cast<double>(n) * static_cast<double>(size) > static_cast<double>(kMaxAttributeBytes)) {
+    if (first_error.empty()) first_error = fmt::format("attribute {} declares {} values of {} bytes", name, n, size);
+    return -1;
+  }
+  std::vector<unsigned char> buffer(static_cast<std::size_t>(n) * size + 1);
+  if (H5Aread(attr, memory, buffer.data()) < 0) return failed();
+  if (variable) H5Dvlen_reclaim(memory, space, H5P_DEFAULT, buffer.data());
+  return 0;
+}
+
+// Everything of one object a reader may touch: its header, its attributes, a dataset's type,
+// shape, layout and chunk index.
+herr_t visit_object(hid_t root, const char* name, const H5O_info_t*, void*) {
+  Object obj(H5Oopen(root, name, H5P_DEFAULT));
+  if (!obj.valid()) return failed();
+  if (H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, read_attribute, nullptr) < 0) return failed();
+  if (H5Iget_type(obj) != H5I_DATASET) return 0;
+  Datatype type(H5Dget_type(obj));
+  Dataspace space(H5Dget_space(obj));
+  PropList dcpl(H5Dget_create_plist(obj));
+  if (!type.valid() || !space.valid() || !dcpl.valid() || H5Sget_simple_extent_npoints(space) < 0) return failed();
+  H5Dget_storage_size(obj);
+  if (H5Pget_layout(dcpl) == H5D_CHUNKED) {
+    hsize_t chunks = 0;
+    if (H5Dget_num_chunks(obj, space, &chunks) < 0) return failed();
+  }
+  return 0;
+}
+
+// The child's work: "" when every piece of metadata reads, else HDF5's reason.
+std::string walk(const std::string& path) {
+  silence_errors();
+  // HDF5 clears its error stack at every API call: take its words before anything else runs.
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return error_text();
+  if (H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_NATIVE, visit_object, nullptr, H5O_INFO_BASIC) < 0)
+    return first_error.empty() ? error_text() : first_error;
+  return H5Fclose(file) < 0 ? error_text() : "";
+}
+
+/// In the child: at most kProbeExtraBytes of address space beyond what the process has mapped
+/// already (a damaged header can declare a 20 GB message; the allocation then fails inside HDF5
+/// and is reported as its error rather than swapping the node).
+void limit_address_space() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return;
+  unsigned long long pages = 0;
+  const int got = std::fscanf(statm, "%llu", &pages);
+  std::fclose(statm);
+  if (got != 1) return;
+  const unsigned long long bytes = pages * static_cast<unsigned long long>(::sysconf(_SC_PAGESIZE));
+  const rlimit limit{bytes + kProbeExtraBytes, bytes + kProbeExtraBytes};
+  ::setrlimit(RLIMIT_AS, &limit);
+}
+
+}  // namespace
+
+std::optional<std::string> probe(const std::string& path) {
+  const double seconds = probe_seconds();
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;  // no sandbox to be had: read as before
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return std::nullopt;
+  }
+  if (pid == 0) {
+    // The child: no MPI, no destructors, no atexit handlers; its answer through the pipe.
+    ::close(fds[0]);
+    ::alarm(static_cast<unsigned>(seconds) + 5);
+    limit_address_space();
+    const std::string error = walk(path);
+    if (!error.empty()) (void)!::write(fds[1], error.data(), error.size());
+    ::_exit(error.empty() ? 0 : kExitHdf5Error);
+  }
+  ::close(fds[1]);
+  std::string message;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  bool timed_out = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    char buf[4096];
+    const ssize_t got = ::read(fds[0], buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;  // the child closed its end: it is done
+    message.append(buf, static_cast<std::size_t>(got));
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out)
+    return fmt::format("{}: reading its metadata did not finish within {} s: the file is damaged (a damaged HDF5 "
+                       "file can make the HDF5 library loop)", path, seconds);
+  if (WIFSIGNALED(status))
+    return fmt::format("{}: reading its metadata crashed the HDF5 library (signal {}): the file is damaged",
+                       path, WTERMSIG(status));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kExitHdf5Error) {
+    return fmt::format("{}: cannot be read (HDF5: {}); the file is damaged, truncated or not what Tessera "
+                       "expects", path, message);
+  }
+  return std::nullopt;
+}
+
+void check_openable(MPI_Comm comm, const std::string& path) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  agree(comm, [&] {
+    if (std::optional<std::string> why = describe_unreadable(path)) throw InputError(*why);
+    if (rank != 0) return;
+    if (std::optional<std::string> why = probe(path)) throw InputError(*why);
+  });
+}
+
+}  // namespace tessera::io::h5
