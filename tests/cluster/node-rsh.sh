@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Open MPI's rsh agent for a cluster of tests/cluster/cluster.sh (OMPI_MCA_plm_rsh_agent, set by
+# `cluster.sh env`): Open MPI calls it as `node-rsh.sh [options] HOST COMMAND...`, as it would
+# call ssh; it runs COMMAND through /bin/sh in HOST's namespaces (network and hostname).
+# HOST is a node's name or address. Needs TESSERA_CLUSTER_DIR (from `cluster.sh env`).
+set -euo pipefail
+: "${TESSERA_CLUSTER_DIR:?node-rsh.sh: TESSERA_CLUSTER_DIR is not set (eval \"\$(cluster.sh env)\")}"
+while (($#)) && [[ $1 == -* ]]; do shift; done
+host=${1:?node-rsh.sh: no host}
+shift
+# An address -> the node's name, from the cluster's block in /etc/hosts.
+if [[ $host =~ ^[0-9.]+$ ]]; then
+  host=$(awk -v a="$host" '$1 == a { print $2; exit }' /etc/hosts)
+fi
+host=${host%%.*}
+uts=$TESSERA_CLUSTER_DIR/uts/$host
+[[ -e /run/netns/$host && -e $uts ]] || {
+  echo "node-rsh.sh: no node '$host' in the cluster of $TESSERA_CLUSTER_DIR" >&2
+  exit 255
+}
+exec nsenter --net="/run/netns/$host" --uts="$uts" -- /bin/sh -c "$*"
