@@ -14,8 +14,9 @@
 #
 # Environment: TESSERA_CLUSTER (the cluster's name, default tc: namespaces, links and hostnames
 # are <name>-n1, <name>-ctl, ...), TESSERA_CLUSTER_SUBNET (the first three octets of its /24,
-# default 10.77.0). Clusters of different names and subnets may be up at once; each one's state
-# (munge key and socket, slurm.conf, spool, logs) is in /tmp/tessera-cluster.<name>.
+# default 10.77.0), TESSERA_CLUSTER_OWNER (recorded in the state, default "<user> by hand").
+# Clusters of different names and subnets may be up at once; each one's state (munge key and
+# socket, slurm.conf, spool, logs) is in /tmp/tessera-cluster.<name>.
 #
 # Shared between nodes, as on a real cluster's shared file system: files (/tmp, the build, runs),
 # /dev/shm, the process space, the CPUs. Nothing in a node can reach beyond the subnet: no default
@@ -79,6 +80,11 @@ export OMPI_MCA_btl_tcp_if_include=$subnet.0/24 OMPI_MCA_oob_tcp_if_include=$sub
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Ranks that share cores (every node shares the machine's) must yield while they wait.
 export OMPI_MCA_mpi_yield_when_idle=1
+# Slurm's PMIx fence as a ring: with its default, 13 of 140 srun --mpi=pmix launches of a bare
+# MPI_Init + MPI_Allreduce program on 4 nodes x 2 ranks had a rank die of SIGSEGV in MPI_Init
+# (Open MPI 4.1.4's TCP BTL got a message before its PML was ready: a peer had left the closing
+# barrier early); with the ring, 0 of 180 (docs/slurm.md).
+export SLURM_PMIX_FENCE=ring
 EOF
 }
 
@@ -86,11 +92,12 @@ EOF
 check_prerequisites() {
   [[ $(id -u) -eq 0 ]] || cannot "needs root (network namespaces, Slurm's daemons)"
   local missing=() cmd
-  for cmd in ip tc nsenter unshare flock munged mungekey munge slurmctld slurmd sinfo scontrol; do
+  for cmd in ip tc nsenter unshare flock findmnt setsid ps getent munged mungekey munge slurmctld slurmd sinfo \
+    scontrol; do
     command -v "$cmd" >/dev/null || missing+=("$cmd")
   done
   ((${#missing[@]} == 0)) ||
-    cannot "not installed: ${missing[*]} (tools/setup.sh installs iproute2 util-linux munge slurmctld slurmd slurm-client)"
+    cannot "not installed: ${missing[*]} (tools/setup.sh installs iproute2, procps, util-linux, munge, Slurm)"
 }
 
 # A namespace with its own hostname, joined to the bridge: make_node NAME ADDRESS.
@@ -251,6 +258,8 @@ up() {
   mkdir -p "$dir"/{uts,etc,log,run,state,spool,tmpfs}
   chmod 755 "$dir"
   for ((i = 1; i <= n; i++)); do node_name "$i"; done >"$dir/nodes"
+  # Who made it (tests: their work directory), for tests/cluster/cleanup.sh.
+  echo "${TESSERA_CLUSTER_OWNER:-$(id -un) by hand}" >"$dir/owner"
   cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 
   # The bridge, with the root namespace as the login node on it.
@@ -280,7 +289,9 @@ up() {
   trap - EXIT
   echo "cluster: $name up in $((SECONDS - start)) s: $n nodes ($(nodes | paste -sd' ' -)) on $subnet.0/24," \
     "$cpus CPUs each (shared), Slurm $(slurmd -V | cut -d" " -f2); state in $dir"
-  echo "cluster: use it with: eval \"\$($here/cluster.sh env)\""
+  local prefix=
+  [[ $name == tc ]] || prefix="TESSERA_CLUSTER=$name "
+  echo "cluster: use it with: eval \"\$(${prefix}$here/cluster.sh env)\""
 }
 
 # --- Tear-down: idempotent, and whatever state a failed `up` or a killed test left -----------------

@@ -75,6 +75,7 @@ cluster_exit() {
 # Open MPI's rsh agent and interfaces) and tears it down when the test exits.
 cluster_up() {
   local n=$1 k status=0
+  export TESSERA_CLUSTER_OWNER=$WORK_DIR
   for ((k = 1; k <= 8; k++)); do
     export TESSERA_CLUSTER=tt$k TESSERA_CLUSTER_SUBNET=10.77.$((10 + k))
     status=0
@@ -129,8 +130,11 @@ data_path() {
   echo "$data"
 }
 completed() { grep -qs '"status": "completed"' "$1/summary.json"; }
-# Rows "kind step loss grad_norm accuracy" of a run's metrics.csv, as printed (9 digits: exact).
-loss_rows() { awk -F, 'NR > 1 { print $1, $2, $4, $6, $8 }' "$1/metrics.csv"; }
+# Rows "kind step loss grad_norm accuracy" of a run's metrics.csv, as printed (9 digits: exact);
+# "-" where a row has no value (an eval row's gradient norm).
+loss_rows() {
+  awk -F, 'NR > 1 { print $1, $2, $4, ($6 == "" ? "-" : $6), ($8 == "" ? "-" : $8) }' "$1/metrics.csv"
+}
 # Run $2 is run $1 bit for bit: the same metrics rows (losses, gradient norms, accuracies) and the
 # same final parameters and optimizer state (tessera diff --tolerance 0).
 same_bits() {

@@ -22,7 +22,7 @@ mlp_deck=$SOURCE_DIR/inputs/fashion_mnist_mlp-ci.toml
 mlp_args=(--set "data.path=$(data_path)" --set run.blas_threads=1 --set checkpoint.keep=0)
 
 # --- The 1-node reference ----------------------------------------------------------------------------
-srun --mpi=pmix -N 1 -n 4 --overcommit "$TESSERA_BINARY" train "$mlp_deck" "${mlp_args[@]}" \
+srun --mpi=pmix --kill-on-bad-exit=1 -N 1 -n 4 --overcommit "$TESSERA_BINARY" train "$mlp_deck" "${mlp_args[@]}" \
   --set "run.output_dir=$WORK_DIR/ref" >"$WORK_DIR/ref.out" 2>&1 || fail "the 1-node reference failed: $(grep -m 1 error "$WORK_DIR/ref.out")"
 say "reference: 4 ranks on 1 node: $(grep '^done' "$WORK_DIR/ref.out")"
 
@@ -63,7 +63,7 @@ corpus=$WORK_DIR/docs.h5
 gpt_deck=$SOURCE_DIR/tests/integration/gpt_test.toml
 gpt_args=(--set "data.path=$corpus" --set run.blas_threads=1 --set train.steps=12 --set eval.every_steps=6
   --set checkpoint.every_steps=6)
-srun --mpi=pmix -N 1 -n 8 --overcommit "$TESSERA_BINARY" train "$gpt_deck" "${gpt_args[@]}" \
+srun --mpi=pmix --kill-on-bad-exit=1 -N 1 -n 8 --overcommit "$TESSERA_BINARY" train "$gpt_deck" "${gpt_args[@]}" \
   --set parallel.data=2 --set parallel.tensor=2 --set parallel.pipeline=2 \
   --set "run.output_dir=$WORK_DIR/gpt_ref" >"$WORK_DIR/gpt_ref.out" 2>&1 ||
   fail "the 1-node GPT reference failed: $(grep -m 1 error "$WORK_DIR/gpt_ref.out")"

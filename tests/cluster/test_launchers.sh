@@ -47,11 +47,11 @@ train mpirun_4 "1 2 3 4" "$cluster_sh" exec n3 mpirun -n 4 --map-by node --hostf
 same_bits "$WORK_DIR/ref" "$WORK_DIR/mpirun_4"
 say "mpirun from inside n3, hostfile, --map-by node, 4 nodes x 1 rank: bit for bit the reference's"
 
-train srun_1 "" srun --mpi=pmix -N 1 -n 4 --overcommit -w "$(node 2)"
+train srun_1 "" srun --mpi=pmix --kill-on-bad-exit=1 -N 1 -n 4 --overcommit -w "$(node 2)"
 same_bits "$WORK_DIR/ref" "$WORK_DIR/srun_1"
-train srun_2 "1 2" srun --mpi=pmix -N 2 -n 4
+train srun_2 "1 2" srun --mpi=pmix --kill-on-bad-exit=1 -N 2 -n 4
 same_bits "$WORK_DIR/ref" "$WORK_DIR/srun_2"
-train srun_4 "1 2 3 4" srun --mpi=pmix -N 4 -n 4
+train srun_4 "1 2 3 4" srun --mpi=pmix --kill-on-bad-exit=1 -N 4 -n 4
 same_bits "$WORK_DIR/ref" "$WORK_DIR/srun_4"
 say "srun --mpi=pmix on 1, 2 and 4 nodes: bit for bit the reference's"
 echo "PASS: mpirun and srun across 1, 2 and 4 nodes, $((SECONDS - start_time)) s"
