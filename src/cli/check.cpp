@@ -1,17 +1,23 @@
-// tessera check: validate a deck without training; print it resolved, the process grid and a
-// per-rank memory estimate.
+// tessera check: validate a deck without training; print it resolved, the process grid (with the
+// hosts of each group's ranks where the placement is known) and a per-rank memory estimate.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <thread>
 
 #include "cli/commands.hpp"
 #include "comm/agree.hpp"
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
+#include "core/hostlist.hpp"
 #include "io/dataset.hpp"
+#include "train/placement.hpp"
+#include "train/threads.hpp"
 #include "train/sampler.hpp"
 #include "train/trainer.hpp"
 
@@ -21,30 +27,85 @@ namespace {
 
 std::string megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
 
-// Which world ranks form each group of the grid rank = t + tp*(d + dp*p).
-void print_groups(const Config& cfg, int ranks) {
+// Where the checked ranks will run, and how that is known.
+struct Plan {
+  std::vector<RankPlace> places;  ///< empty: unknown
+  std::string source;
+};
+
+int cores_here() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+// --ranks-per-node K: blocks of K ranks on nodes named node0, node1, ... with this machine's cores.
+Plan per_node_plan(const Config& cfg, int ranks, int per_node) {
+  std::vector<std::string> hosts;
+  for (int r = 0; r < ranks; ++r) hosts.push_back(fmt::format("node{}", r / per_node));
+  return {planned_placement(cfg, hosts, cfg.parallel.data, cfg.parallel.tensor,
+                            std::vector<int>(static_cast<std::size_t>(ranks), cores_here())),
+          fmt::format("--ranks-per-node {} (nodes named node0, node1, ...; {} cores each, as this machine)",
+                      per_node, cores_here())};
+}
+
+// Slurm's environment, block distribution: SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE, cores from
+// SLURM_JOB_CPUS_PER_NODE (else this machine's).
+std::optional<Plan> slurm_plan(const Config& cfg, int ranks) {
+  const char* nodes = std::getenv("SLURM_JOB_NODELIST");
+  const char* tasks = std::getenv("SLURM_TASKS_PER_NODE");
+  if (nodes == nullptr || tasks == nullptr) return std::nullopt;
+  const auto hosts = expand_hostlist(nodes, "SLURM_JOB_NODELIST");
+  const auto per_host = expand_counts(tasks, "SLURM_TASKS_PER_NODE");
+  const auto host_of_rank = block_placement(hosts, per_host, ranks);
+  std::vector<int> cores(hosts.size(), cores_here());
+  const char* cpus = std::getenv("SLURM_JOB_CPUS_PER_NODE");
+  if (cpus != nullptr) {
+    cores = expand_counts(cpus, "SLURM_JOB_CPUS_PER_NODE");
+    if (cores.size() != hosts.size())
+      throw InputError(fmt::format("SLURM_JOB_CPUS_PER_NODE = \"{}\" names {} nodes, SLURM_JOB_NODELIST {}", cpus,
+                                   cores.size(), hosts.size()));
+  }
+  std::vector<int> cores_of_rank;
+  for (std::size_t h = 0; h < hosts.size(); ++h)
+    for (int i = 0; i < per_host[h] && static_cast<int>(cores_of_rank.size()) < ranks; ++i) cores_of_rank.push_back(cores[h]);
+  return Plan{planned_placement(cfg, host_of_rank, cfg.parallel.data, cfg.parallel.tensor, cores_of_rank),
+              fmt::format("Slurm: SLURM_JOB_NODELIST={} SLURM_TASKS_PER_NODE={}, block distribution{}", nodes, tasks,
+                          cpus ? fmt::format(", SLURM_JOB_CPUS_PER_NODE={}", cpus)
+                               : fmt::format(", {} cores per node as this machine", cores_here()))};
+}
+
+// The placement of the checked ranks, where it can be known: --ranks-per-node, else the ranks
+// running the check when they are as many as the checked layout (collective over world), else
+// Slurm's environment.
+Plan plan_placement(const Config& cfg, int ranks, int ranks_per_node) {
+  if (ranks_per_node > 0) return per_node_plan(cfg, ranks, ranks_per_node);
+  if (world_size() == ranks) {
+    const Communicator comm(MPI_COMM_WORLD, ranks, 1, 1);
+    set_blas_threads(cfg, comm);
+    const ThreadSetup threads = current_thread_setup();
+    return {gather_placement(comm, cfg.parallel.data, cfg.parallel.tensor, threads.blas.threads,
+                             threads.host_threads),
+            "the ranks running this check"};
+  }
+  if (auto plan = slurm_plan(cfg, ranks)) return *plan;
+  return {{}, ""};
+}
+
+// Which world ranks form each group of the grid rank = t + tp*(d + dp*p), on which hosts.
+void print_groups(const Config& cfg, int ranks, const Plan& plan) {
   const int dp = cfg.parallel.data, tp = cfg.parallel.tensor, pp = cfg.parallel.pipeline;
-  auto rank_of = [&](int d, int t, int p) { return t + tp * (d + dp * p); };
   std::cout << fmt::format("layout: data {} x tensor {} x pipeline {} = {} ranks, micro-batches {}, zero {}\n",
                            dp, tp, pp, ranks, cfg.parallel.micro_batches, cfg.parallel.zero);
-  for (int p = 0; p < pp; ++p)
-    for (int t = 0; t < tp; ++t) {
-      std::vector<int> g;
-      for (int d = 0; d < dp; ++d) g.push_back(rank_of(d, t, p));
-      std::cout << fmt::format("  data group (t={},p={}): ranks [{}]\n", t, p, fmt::join(g, ","));
-    }
-  for (int p = 0; p < pp; ++p)
-    for (int d = 0; d < dp; ++d) {
-      std::vector<int> g;
-      for (int t = 0; t < tp; ++t) g.push_back(rank_of(d, t, p));
-      std::cout << fmt::format("  tensor group (d={},p={}): ranks [{}]\n", d, p, fmt::join(g, ","));
-    }
-  for (int d = 0; d < dp; ++d)
-    for (int t = 0; t < tp; ++t) {
-      std::vector<int> g;
-      for (int p = 0; p < pp; ++p) g.push_back(rank_of(d, t, p));
-      std::cout << fmt::format("  pipeline group (d={},t={}): ranks [{}]\n", d, t, fmt::join(g, ","));
-    }
+  for (const auto& g : grid_groups(dp, tp, pp))
+    std::cout << fmt::format("  {}: ranks [{}]{}\n", g.name, fmt::join(g.ranks, ","),
+                             plan.places.empty()
+                                 ? std::string()
+                                 : fmt::format(" on hosts [{}]", fmt::join(group_hosts(plan.places, g.ranks), ",")));
+  if (plan.places.empty()) {
+    std::cout << "placement: unknown (run the check under the job's ranks, inside a Slurm allocation, or give "
+                 "--ranks-per-node)\n";
+    return;
+  }
+  const auto lines = describe_placement(plan.places, dp, tp, pp);
+  std::cout << fmt::format("placement from {}: {}\n", plan.source, lines.front().substr(7));  // after "ranks: "
+  for (const auto& w : placement_warnings(plan.places, dp, tp, pp)) std::cout << w << '\n';
 }
 
 void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t train_samples, int dp) {
@@ -101,10 +162,11 @@ void print_estimate(const Config& cfg, const ModelShape& shape, std::int64_t tra
 
 }  // namespace
 
-int check(const DeckArgs& args, int ranks) {
+int check(const DeckArgs& args, int ranks, int ranks_per_node) {
   const int rank = world_rank();
   const int n = ranks > 0 ? ranks : world_size();
   const Config cfg = load_config(args, n);
+  const Plan plan = plan_placement(cfg, n, ranks_per_node);
   // The data: rank 0 opens it alone (the grid being checked need not be this run's).
   agree(MPI_COMM_WORLD, [&] {
     if (rank != 0) return;
@@ -113,8 +175,9 @@ int check(const DeckArgs& args, int ranks) {
                                         cfg.model.context, false);
       const io::Split& train = *split;
       const ModelShape shape = model_shape(cfg, train.info());
+      if (!plan.places.empty()) check_tensor_within_node(cfg, plan.places);
       std::cout << "# resolved deck\n" << cfg.resolved_toml << "\n";
-      print_groups(cfg, n);
+      print_groups(cfg, n, plan);
       std::cout << fmt::format("data: {} /{}: {} samples of {} features, {}\n", cfg.data.path,
                                cfg.data.train_split, train.info().samples, train.info().features,
                                shape.classification ? fmt::format("{} classes", shape.outputs)

@@ -9,6 +9,7 @@
 #include "cli/bench_comm.hpp"
 #include "cli/commands.hpp"
 #include "cli/diff.hpp"
+#include "cli/doctor.hpp"
 #include "cli/generate.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
@@ -37,7 +38,7 @@ int run(int argc, char** argv) {
 
   DeckArgs deck;
   std::string resume = "none", checkpoint, out, source = "/usr/share/datasets/fashion-mnist";
-  int ranks = 0;
+  int ranks = 0, ranks_per_node = 0;
 
   auto* train_cmd = app.add_subcommand("train", "train the model of a deck");
   add_deck(train_cmd, deck);
@@ -46,6 +47,10 @@ int run(int argc, char** argv) {
   auto* check_cmd = app.add_subcommand("check", "validate a deck; print it resolved, the layout and memory");
   add_deck(check_cmd, deck);
   check_cmd->add_option("--ranks", ranks, "rank count to check the layout for (default: this run's)");
+  check_cmd->add_option("--ranks-per-node", ranks_per_node,
+                        "place the ranks this many per node, in blocks, to name each group's hosts (default: "
+                        "the ranks running the check, or Slurm's SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE)")
+      ->check(CLI::PositiveNumber);
 
   auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint on the deck's test split");
   add_deck(eval_cmd, deck);
@@ -95,6 +100,12 @@ int run(int argc, char** argv) {
   diff_cmd->add_option("--csv", diff_args.csv, "also write name,shape,max_abs,max_rel,status rows to this CSV file");
   diff_cmd->add_flag("--model-only", diff_args.model_only, "compare /model only, not the optimizer state");
 
+  std::string run_dir;
+  auto* doctor_cmd = app.add_subcommand("doctor", "read the ranks' flight records after a hang or crash");
+  doctor_cmd->add_option("run_dir", run_dir, "the run's run.output_dir (flight records in RUN_DIR/flight)")->required();
+  doctor_cmd->footer("Exit codes: 0 the records were read and judged; 2 RUN_DIR holds no flight records, or one "
+                     "cannot be read.");
+
   auto* bench_cmd = app.add_subcommand("bench", "measure one part of the stack");
   bench_cmd->require_subcommand(1);
   BenchCommArgs bench_comm_args;
@@ -117,13 +128,14 @@ int run(int argc, char** argv) {
 
   try {
     if (*train_cmd) return train(deck, resume);
-    if (*check_cmd) return check(deck, ranks);
+    if (*check_cmd) return check(deck, ranks, ranks_per_node);
     if (*eval_cmd) return eval(deck, checkpoint);
     if (*generate_cmd) return generate(gen);
     if (*fmnist_cmd) return prepare_fashion_mnist(out, source);
     if (*text_cmd) return prepare_text(text_inputs, out, val_fraction);
     if (*inspect_cmd) return inspect(checkpoint);
     if (*diff_cmd) return diff(diff_args);
+    if (*doctor_cmd) return doctor(run_dir);
     if (*bench_comm_cmd) return bench_comm(bench_comm_args);
   } catch (const InputError& e) {
     return fail(e.what(), ExitCode::bad_input);

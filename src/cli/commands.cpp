@@ -3,20 +3,24 @@
 
 #include <fmt/format.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "blas/gemm.hpp"
 #include "comm/agree.hpp"
 #include "comm/communicator.hpp"
+#include "comm/watchdog.hpp"
 #include "core/deck.hpp"
 #include "core/error.hpp"
 #include "io/inspect.hpp"
 #include "io/prepare.hpp"
 #include "io/prepare_text.hpp"
 #include "train/checkpointer.hpp"
+#include "train/placement.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -41,20 +45,54 @@ constexpr BufferSpace kBuffers = Kokkos::SpaceAccessibility<HostSpace, MemSpace>
                                      ? BufferSpace::host
                                      : BufferSpace::device;
 
-// BLAS threads: run.blas_threads, or the cores this rank may use shared among its node's ranks.
-void set_blas_threads(const Config& cfg, const Communicator& comm) {
-  int threads = cfg.run.blas_threads;
-  if (threads == 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, std::min(allowed, cores / comm.ranks_on_node()));
+// The watchdog of a run (comm/watchdog.hpp). The run's id in the flight records is rank 0's start
+// time, broadcast: collective over world.
+std::unique_ptr<comm::Watchdog> start_watchdog(const Config& cfg, const Communicator& comm) {
+  comm::RecordIdentity who;
+  if (comm.is_root()) who.run = comm::iso_time(comm::unix_seconds());
+  comm.broadcast(who.run, 0, Group::world);
+  who.run_dir = cfg.run.output_dir;
+  who.rank = comm.rank();
+  who.ranks = comm.size();
+  who.host = host_name();
+  who.pid = static_cast<long>(getpid());
+  who.data = comm.coord().data;
+  who.tensor = comm.coord().tensor;
+  who.pipeline = comm.coord().pipeline;
+  who.dp = comm.dp();
+  who.tp = comm.tp();
+  who.pp = comm.pp();
+  who.timeout_s = cfg.comm.timeout_s;
+  return std::make_unique<comm::Watchdog>(comm::WatchdogSetup{who, [] { return stop_signal(); }});
+}
+
+// Runs a command's body under the watchdog. A local failure (anything but bad input or a
+// numerical failure, which every rank reaches alike) writes this rank's flight record on its way
+// to main's MPI_Abort.
+template <class Body>
+int watched(const Config& cfg, const Communicator& comm, Body&& body) {
+  const auto watchdog = start_watchdog(cfg, comm);
+  try {
+    return body();
+  } catch (const InputError&) {
+    throw;
+  } catch (const NumericError&) {
+    throw;
+  } catch (const std::exception& e) {
+    watchdog->write_record("internal_error", e.what());
+    throw;
   }
-  blas::set_threads(threads);
 }
 
 }  // namespace
+
+void set_blas_threads(const Config& cfg, const Communicator& comm) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  blas::set_threads(blas_threads_for(cfg, cores, comm.ranks_on_node(), allowed));
+}
 
 Config load_config(const DeckArgs& args, int ranks) {
   Config cfg = load_deck(args.deck, args.overrides);
@@ -68,8 +106,10 @@ int train(const DeckArgs& args, const std::string& resume) {
                           cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
   install_stop_handlers();
-  Trainer trainer(cfg, comm, ResumeRequest::parse(resume));
-  return static_cast<int>(trainer.run());
+  return watched(cfg, comm, [&] {
+    Trainer trainer(cfg, comm, ResumeRequest::parse(resume));
+    return static_cast<int>(trainer.run());
+  });
 }
 
 int eval(const DeckArgs& args, const std::string& checkpoint) {
@@ -78,19 +118,28 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
                           cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
   blas::set_matmul_precision(cfg.train.precision);
-  const auto split = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.test_split,
-                                    cfg.model.context, cfg.data.cache);
-  io::Split& test = *split;
-  const ModelShape shape = model_shape(cfg, test.info());
-  Model model(cfg, shape, cfg.eval.batch, {}, model_part(cfg, comm, shape));
-  Checkpointer(cfg, comm).load_model(checkpoint, model);
-  const EvalResult e = evaluate(cfg, comm, model, test);
-  if (comm.is_root())
-    std::cout << fmt::format("eval {} on {} /{}: test loss {:.6f}{} ({} samples)\n", checkpoint,
-                             cfg.data.path, cfg.data.test_split, e.loss,
-                             std::isnan(e.accuracy) ? std::string() : fmt::format(" accuracy {:.4f}", e.accuracy),
-                             e.samples);
-  return 0;
+  return watched(cfg, comm, [&] {
+    std::unique_ptr<io::Split> split;
+    {
+      const auto watch = comm.watch("dataset open", Group::data);
+      split = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.test_split, cfg.model.context,
+                             cfg.data.cache);
+    }
+    io::Split& test = *split;
+    const ModelShape shape = model_shape(cfg, test.info());
+    Model model(cfg, shape, cfg.eval.batch, {}, model_part(cfg, comm, shape));
+    {
+      const auto watch = comm.watch("checkpoint read", Group::world);
+      Checkpointer(cfg, comm).load_model(checkpoint, model);
+    }
+    const EvalResult e = evaluate(cfg, comm, model, test);
+    if (comm.is_root())
+      std::cout << fmt::format("eval {} on {} /{}: test loss {:.6f}{} ({} samples)\n", checkpoint,
+                               cfg.data.path, cfg.data.test_split, e.loss,
+                               std::isnan(e.accuracy) ? std::string() : fmt::format(" accuracy {:.4f}", e.accuracy),
+                               e.samples);
+    return 0;
+  });
 }
 
 int prepare_fashion_mnist(const std::string& out, const std::string& source) {

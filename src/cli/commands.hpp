@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "core/config.hpp"
 
 namespace tessera::cli {
@@ -19,11 +20,17 @@ int world_size();
 /// Loads the deck with its overrides and resolves the layout for `ranks`; throws InputError.
 Config load_config(const DeckArgs& args, int ranks);
 
+/// \brief Sets this rank's BLAS threads: run.blas_threads, or the cores this rank may use shared
+/// among its node's ranks (train/placement.hpp's blas_threads_for).
+void set_blas_threads(const Config& cfg, const Communicator& comm);
+
 int train(const DeckArgs& args, const std::string& resume);
-int check(const DeckArgs& args, int ranks);
+/// `tessera check`: `ranks_per_node` > 0 places the checked ranks that many per node (block).
+int check(const DeckArgs& args, int ranks, int ranks_per_node);
 int eval(const DeckArgs& args, const std::string& checkpoint);
 int prepare_fashion_mnist(const std::string& out, const std::string& source);
 int prepare_text(const std::vector<std::string>& inputs, const std::string& out, double val_fraction);
 int inspect(const std::string& checkpoint);
+
 
 }  // namespace tessera::cli

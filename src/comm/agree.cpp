@@ -4,8 +4,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/error.hpp"
+#include "comm/flight_recorder.hpp"
 #include "comm/mpi_check.hpp"
+#include "core/error.hpp"
 
 namespace tessera {
 
@@ -28,7 +29,9 @@ void agree(MPI_Comm comm, const std::function<void()>& body) {
     message = e.what();
   }
 
-  // Find the lowest failing rank.
+  // Find the lowest failing rank (a rank whose body never ends leaves the others waiting here:
+  // the watchdog names it "agree").
+  const comm::WatchedOp watched = comm::watch("agree", comm);
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));

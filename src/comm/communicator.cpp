@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -67,12 +68,73 @@ Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp, const CommCon
   MPI_CHECK(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
   MPI_CHECK(MPI_Comm_size(node, &node_size_));
   MPI_CHECK(MPI_Comm_free(&node));
+  // Every rank reads the same environment, so a malformed test hook fails on every rank alike.
+  fault_ = comm::comm_fault_from_environment();
+  for (Group g : {Group::world, Group::data, Group::tensor, Group::pipeline})
+    comm::flight_recorder().attach(handle(g), group_name(g), members(g));
 }
 
 Communicator::~Communicator() {
   for (auto& n : nccl_) n.reset();
   for (MPI_Comm* c : {&data_, &tensor_, &pipeline_, &world_})
-    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    if (*c != MPI_COMM_NULL) {
+      comm::flight_recorder().detach(*c);
+      MPI_Comm_free(c);
+    }
+}
+
+const char* group_name(Group g) {
+  switch (g) {
+    case Group::world: return "world";
+    case Group::data: return "data";
+    case Group::tensor: return "tensor";
+    case Group::pipeline: return "pipeline";
+  }
+  return "world";
+}
+
+int Communicator::world_rank_in(Group g, int r) const {
+  const int d = coord_.data, t = coord_.tensor, p = coord_.pipeline;
+  switch (g) {
+    case Group::world: return r;
+    case Group::data: return world_rank_of(r, t, p);
+    case Group::tensor: return world_rank_of(d, r, p);
+    case Group::pipeline: return world_rank_of(d, t, r);
+  }
+  return r;
+}
+
+std::vector<int> Communicator::members(Group g) const {
+  std::vector<int> m;
+  for (int r = 0; r < size(g); ++r) m.push_back(world_rank_in(g, r));
+  return m;
+}
+
+bool Communicator::fault_at(Group g) const {
+  return fault_.action != comm::CommFault::Action::none && fault_.rank == world_rank_ &&
+         fault_.group == group_name(g) && comm::flight_recorder().next_seq(handle(g)) == fault_.seq;
+}
+
+std::uint64_t Communicator::enter(const char* op, Group g, std::size_t bytes, bool blocking, int root) const {
+  auto& recorder = comm::flight_recorder();
+  if (fault_at(g)) {
+    if (fault_.action == comm::CommFault::Action::stall) {
+      comm::stall(world_rank_, op, group_name(g), fault_.seq);
+    } else {
+      std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_COMM_FAULT: skipping %s #%llu of the %s group\n",
+                   world_rank_, op, static_cast<unsigned long long>(fault_.seq), group_name(g));
+      recorder.skip_seq(handle(g));
+      return 0;
+    }
+  }
+  return recorder.begin_collective(op, handle(g), bytes, blocking, root >= 0 ? world_rank_in(g, root) : -1);
+}
+
+comm::WatchedOp Communicator::watch(const char* op, Group g, std::size_t bytes) const {
+  // The test hook's stall applies to a section too; its skip does not (the caller runs the body).
+  if (fault_.action == comm::CommFault::Action::stall && fault_at(g))
+    comm::stall(world_rank_, op, group_name(g), fault_.seq);
+  return comm::WatchedOp(comm::flight_recorder().begin_collective(op, handle(g), bytes, true));
 }
 
 MPI_Comm Communicator::handle(Group g) const {
@@ -181,26 +243,70 @@ void Communicator::allreduce_sum_staged(T* data, std::size_t n, Group g, bool on
 }
 
 void Communicator::allreduce_sum(float* data, std::size_t n, Group g) const {
+  if (size(g) == 1 || n == 0) return;
+  const std::uint64_t id = enter("allreduce", g, n * sizeof(float), true);
+  if (id == 0) return;
+  const comm::WatchedOp watched(id);
   allreduce_sum_impl(data, n, g, scratch_float_);
 }
 
 void Communicator::allreduce_sum(double* data, std::size_t n, Group g) const {
+  if (size(g) == 1 || n == 0) return;
+  const std::uint64_t id = enter("allreduce", g, n * sizeof(double), true);
+  if (id == 0) return;
+  const comm::WatchedOp watched(id);
   allreduce_sum_impl(data, n, g, scratch_double_);
 }
 
 void Communicator::allreduce_max(double* data, std::size_t n, Group g) const {
-  if (size(g) > 1) allreduce_chunked(data, n, MPI_DOUBLE, MPI_MAX, handle(g));
+  if (size(g) == 1) return;
+  const std::uint64_t id = enter("allreduce_max", g, n * sizeof(double), true);
+  if (id == 0) return;
+  const comm::WatchedOp watched(id);
+  allreduce_chunked(data, n, MPI_DOUBLE, MPI_MAX, handle(g));
 }
 
 void Communicator::broadcast(std::string& s, int root, Group g) const {
   if (size(g) == 1) return;
+  const std::uint64_t id = enter("broadcast", g, rank(g) == root ? s.size() : 0, true, root);
+  if (id == 0) return;
+  const comm::WatchedOp watched(id);
   unsigned long long len = s.size();
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, root, handle(g)));
   s.resize(len);
   if (len > 0) MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(len), MPI_CHAR, root, handle(g)));
 }
 
-void Communicator::barrier(Group g) const { MPI_CHECK(MPI_Barrier(handle(g))); }
+std::vector<std::string> Communicator::allgather_strings(const std::string& s, Group g) const {
+  const int n = size(g);
+  if (n == 1) return {s};
+  const std::uint64_t id = enter("allgather", g, s.size(), true);
+  if (id == 0) return std::vector<std::string>(static_cast<std::size_t>(n), s);
+  const comm::WatchedOp watched(id);
+  // Lengths, then the bytes one after another.
+  if (s.size() > static_cast<std::size_t>(INT_MAX))
+    throw std::length_error("Communicator::allgather_strings: a string beyond 2 GiB");
+  const int mine = static_cast<int>(s.size());
+  std::vector<int> lengths(static_cast<std::size_t>(n)), offsets(static_cast<std::size_t>(n), 0);
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, handle(g)));
+  long long total = 0;
+  for (int len : lengths) total += len;
+  if (total > INT_MAX) throw std::length_error("Communicator::allgather_strings: beyond 2 GiB in all");
+  for (std::size_t i = 1; i < lengths.size(); ++i) offsets[i] = offsets[i - 1] + lengths[i - 1];
+  std::string all(static_cast<std::size_t>(total), '\0');
+  MPI_CHECK(MPI_Allgatherv(s.data(), mine, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, handle(g)));
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < lengths.size(); ++i)
+    out.push_back(all.substr(static_cast<std::size_t>(offsets[i]), static_cast<std::size_t>(lengths[i])));
+  return out;
+}
+
+void Communicator::barrier(Group g) const {
+  const std::uint64_t id = enter("barrier", g, 0, true);
+  if (id == 0) return;
+  const comm::WatchedOp watched(id);
+  MPI_CHECK(MPI_Barrier(handle(g)));
+}
 
 comm::NcclComm& Communicator::nccl(Group g) const {
   auto& slot = nccl_[static_cast<std::size_t>(g)];

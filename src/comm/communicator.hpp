@@ -7,15 +7,22 @@
 //
 // allreduce_sum goes through the backend of comm.backend (comm/backend.hpp): MPI on host memory;
 // device memory straight to a CUDA-aware MPI, staged through a pinned host buffer, or NCCL.
+//
+// Every collective and transfer is recorded in the flight recorder (comm/flight_recorder.hpp:
+// operation, group, peer, bytes, sequence number, start and end), which the watchdog
+// (comm/watchdog.hpp) watches: a rank blocked in one longer than comm.timeout_s ends the run.
 #include <mpi.h>
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/backend.hpp"
+#include "comm/fault_hook.hpp"
+#include "comm/flight_recorder.hpp"
 #include "comm/mpi_check.hpp"
 #include "comm/mpi_cuda_support.hpp"
 #include "comm/staging_buffer.hpp"
@@ -29,6 +36,9 @@ class NcclComm;
 
 enum class Group { world, data, tensor, pipeline };
 
+/// "world", "data", "tensor", "pipeline" (a string literal).
+const char* group_name(Group g);
+
 /// Coordinates of one rank in the grid.
 struct GridCoord {
   int data = 0;
@@ -37,12 +47,16 @@ struct GridCoord {
 };
 
 /// \brief A nonblocking collective in flight. Its buffers must stay untouched until it is done.
-/// Move-only; destroying one still in flight waits for it.
+/// Move-only; destroying one still in flight waits for it. `id` is its flight-recorder entry:
+/// its end is recorded when it completes, and the watchdog watches waits on it.
 class PendingOp {
  public:
   PendingOp() = default;
-  explicit PendingOp(MPI_Request r) : request_(r) {}
-  PendingOp(PendingOp&& o) noexcept : request_(o.request_) { o.request_ = MPI_REQUEST_NULL; }
+  explicit PendingOp(MPI_Request r, std::uint64_t id = 0) : request_(r), id_(id) {}
+  PendingOp(PendingOp&& o) noexcept : request_(o.request_), id_(o.id_) {
+    o.request_ = MPI_REQUEST_NULL;
+    o.id_ = 0;
+  }
   PendingOp& operator=(PendingOp&& o) noexcept;
   PendingOp(const PendingOp&) = delete;
   PendingOp& operator=(const PendingOp&) = delete;
@@ -55,7 +69,9 @@ class PendingOp {
   bool done() const { return request_ == MPI_REQUEST_NULL; }
 
  private:
+  void finish() noexcept;  ///< waits, unchecked (destructor, move-assignment)
   MPI_Request request_ = MPI_REQUEST_NULL;
+  std::uint64_t id_ = 0;
 };
 
 class Communicator {
@@ -85,6 +101,10 @@ class Communicator {
   int ranks_on_node() const { return node_size_; }
   /// World rank of grid coordinate (d, t, p).
   int world_rank_of(int d, int t, int p) const { return t + tp_ * (d + dp_ * p); }
+  /// World rank of rank `r` of this rank's group g.
+  int world_rank_in(Group g, int r) const;
+  /// World ranks of this rank's group g, in group-rank order.
+  std::vector<int> members(Group g) const;
   /// "dp=2,tp=1,pp=1" plus the ZeRO stage, as stored in checkpoints.
   std::string layout(int zero) const;
 
@@ -122,7 +142,15 @@ class Communicator {
   void allreduce_max(double* data, std::size_t n, Group g) const;
   /// \brief Broadcasts a string from `root` of group g. Collective over the group.
   void broadcast(std::string& s, int root, Group g) const;
+  /// \brief Every rank's string in group-rank order, on every rank. Collective over the group.
+  std::vector<std::string> allgather_strings(const std::string& s, Group g) const;
   void barrier(Group g = Group::world) const;
+
+  /// \brief Records a blocking collective section over group g that is not one of the calls
+  /// above (a collective file read or write, agree() on the group's handle): the watchdog ends
+  /// the run when it lasts longer than comm.timeout_s. Every rank of g must run it, in the same
+  /// order as g's collectives. `op` must be a string literal.
+  comm::WatchedOp watch(const char* op, Group g, std::size_t bytes = 0) const;
 
   /// \brief The resolved comm.backend: which backend host and device buffers take, and why.
   const BackendPlan& backend() const { return plan_; }
@@ -154,6 +182,13 @@ class Communicator {
   bool device_pointers_possible_ = false;  ///< a CUDA device is visible: classify each buffer
   mutable comm::StagingBuffer staging_;
   mutable std::array<std::unique_ptr<comm::NcclComm>, 4> nccl_;  ///< by Group, on first use
+  comm::CommFault fault_;  ///< TESSERA_TEST_COMM_FAULT (comm/fault_hook.hpp)
+  /// The flight recorder's side of collective `op` on g (and the test hook): the operation's id,
+  /// or 0 when the test hook skips it (the caller then returns without calling MPI). blocking:
+  /// the calling thread waits in it until the id ends.
+  std::uint64_t enter(const char* op, Group g, std::size_t bytes, bool blocking, int root = -1) const;
+  /// True when the test hook names this rank and g's next operation.
+  bool fault_at(Group g) const;
   template <class T>
   void allreduce_sum_impl(T* data, std::size_t n, Group g, std::vector<T>& scratch) const;
   template <class T>

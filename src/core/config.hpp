@@ -60,6 +60,7 @@ struct ParallelConfig {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   std::vector<int> stages;  ///< layers per pipeline stage; empty: balanced by cost
   int zero = 0;
+  bool tensor_within_node = false;  ///< a tensor group whose ranks span hosts is an error, not a warning
 
   bool operator==(const ParallelConfig&) const = default;
 };
@@ -126,6 +127,7 @@ struct CommConfig {
   bool overlap = false;        ///< start a full bucket's exchange while backward goes on
   bool no_sync = true;         ///< micro-batches: exchange once per step, not per micro-batch
   CommBackend backend = CommBackend::automatic;
+  double timeout_s = 600.0;    ///< a rank blocked this long in one operation ends the run (exit 5)
 
   bool operator==(const CommConfig&) const = default;
 };

@@ -160,6 +160,7 @@ std::vector<KeySpec> build_schema() {
     parallel.choice<&P::schedule>("schedule", kPipelineSchedules, "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (one forward, one backward after warm-up)"),
     parallel.key<&P::stages>("stages", at_least(1), "layers per pipeline stage, first to last (sums to the layer count); []: balanced by cost"),
     parallel.key<&P::zero>("zero", closed(0, 3), "ZeRO stage over the data group: 0 off, 1 shards optimizer state, 2 also gradients, 3 also parameters"),
+    parallel.flag<&P::tensor_within_node>("tensor_within_node", "a tensor group whose ranks are on more than one host is an error (exit 2 before the model is built) instead of a warning"),
 
     optimizer.choice<&O::kind>("kind", kOptimizerKinds, "optimizer"),
     optimizer.key<&O::lr>("lr", above(0), "peak learning rate (the schedule scales it)"),
@@ -202,6 +203,7 @@ std::vector<KeySpec> build_schema() {
     comm.flag<&CommConfig::overlap>("overlap", "start each full bucket's exchange (nonblocking, MPI's own algorithm) while backward continues"),
     comm.flag<&CommConfig::no_sync>("no_sync", "with micro_batches > 1 and zero <= 1: accumulate locally and exchange once per step; false: exchange every micro-batch"),
     comm.choice<&CommConfig::backend>("backend", kCommBackends, "how buffers travel: auto (host memory: mpi; device memory: nccl if built, else cuda-aware-mpi if MPI says so, else staged), mpi, cuda-aware-mpi (device pointers to MPI), staged (through a pinned host buffer), nccl"),
+    comm.key<&CommConfig::timeout_s>("timeout_s", above(0), "seconds a rank may wait in one collective, transfer or collective file operation before it ends the run with exit code 5 and a flight record (a peer died or hangs)"),
   };
   // clang-format on
 }

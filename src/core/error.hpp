@@ -7,6 +7,8 @@
 //    exits with the code below;
 //  - a local error (one rank's I/O broke, a bug): throw anything else; main() prints the rank and
 //    calls MPI_Abort so no rank is left hanging in a collective.
+// A rank blocked in a collective or transfer longer than comm.timeout_s (a peer died or hangs)
+// cannot throw: the watchdog thread (comm/watchdog.hpp) ends it with exit code 5.
 // Where only some ranks may see a problem (one rank fails to open a file), use
 // tessera::agree() from comm/agree.hpp to turn it into an error every rank throws.
 #include <stdexcept>
@@ -15,7 +17,7 @@
 namespace tessera {
 
 /// Exit codes (DESIGN.md).
-enum class ExitCode : int { ok = 0, failure = 1, bad_input = 2, numerical = 3, signalled = 4 };
+enum class ExitCode : int { ok = 0, failure = 1, bad_input = 2, numerical = 3, signalled = 4, timeout = 5 };
 
 /// Bad input: deck, data, checkpoint that does not fit. Exit code 2. The message is the whole
 /// line after "tessera: error: " and names the file, key or dataset and what was expected.

@@ -25,6 +25,7 @@ namespace {
 
 constexpr bool host_accessible = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
 const char* run_files[] = {"summary.json", "metrics.csv", "log.txt"};
+const char* flight_dir = "flight";  // flight records (comm/flight_record.hpp)
 
 bool eval_enabled(const EvalConfig& e) { return e.every_epoch || e.every_steps > 0 || e.at_end; }
 
@@ -160,9 +161,11 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
   for (std::size_t k = 0; k < rounds; ++k) {
     const std::size_t begin = std::min(k * batch, mine.size());
     const auto idx = mine.subspan(begin, std::min(batch, mine.size() - begin));
-    const Batch b = model.first_stage() || model.last_stage()
-                        ? load_batch(split, idx, h_x, h_y, h_t, x, y, t)
-                        : Batch{};  // a stage between reads nothing (as in training)
+    Batch b;  // a stage between reads nothing (as in training)
+    if (model.first_stage() || model.last_stage()) {
+      const auto watch = comm.watch("dataset read", Group::data);
+      b = load_batch(split, idx, h_x, h_y, h_t, x, y, t);
+    }
     const int rows = static_cast<int>(idx.size());
     const int slot = model.acquire(rows);
     // Through the stages: the first takes the data, the others their predecessor's output.
@@ -197,15 +200,23 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
 Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeRequest& resume)
     : cfg_(cfg), comm_(comm) {
   run_start_wall_ = StepTimer::now();
+  // Where every rank runs, before anything is allocated: a tensor group across nodes may be an error.
+  const ThreadSetup threads = current_thread_setup();
+  places_ = gather_placement(comm_, comm_.dp(), comm_.tp(), threads.blas.threads, threads.host_threads);
+  check_tensor_within_node(cfg_, places_);
   ckpt_ = std::make_unique<Checkpointer>(cfg_, comm_);
   const std::string resume_path = prepare_output_dir(resume);
 
   // Data first: the model's shape comes from it.
   const MPI_Comm data_comm = comm_.handle(Group::data);
-  train_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.train_split, cfg_.model.context,
-                          cfg_.data.cache);
+  {
+    const auto watch = comm_.watch("dataset open", Group::data);
+    train_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.train_split, cfg_.model.context,
+                            cfg_.data.cache);
+  }
   const ModelShape shape = model_shape(cfg_, train_->info());
   if (eval_enabled(cfg_.eval)) {
+    const auto watch = comm_.watch("dataset open", Group::data);
     test_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.test_split, cfg_.model.context,
                            cfg_.data.cache);
     const auto& ti = test_->info();
@@ -240,6 +251,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   scaler_ = std::make_unique<LossScaler>(cfg_.train.precision, cfg_.train.loss_scale,
                                          cfg_.train.loss_scale_window);
   if (!resume_path.empty()) {
+    const auto watch = comm_.watch("checkpoint read", Group::world);
     state_ = ckpt_->load(resume_path, *model_, *dp_);
     resumed_from_ = last_checkpoint_step_ = state_.step;
     if (scaler_->enabled())
@@ -261,7 +273,9 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
                         cfg_.comm.no_sync, cfg_.parallel.zero));
   out_->log(comm_.describe_backend());
-  out_->log(describe(current_thread_setup()));
+  out_->log(describe(threads));
+  for (const auto& line : describe_placement(places_, comm_.dp(), comm_.tp(), comm_.pp())) out_->log(line);
+  for (const auto& line : placement_warnings(places_, comm_.dp(), comm_.tp(), comm_.pp())) out_->log(line);
   if (cfg_.train.precision != Precision::fp32)
     out_->log(fmt::format("precision: {} matrix products ({}), outputs stored in {}; master weights, "
                           "optimizer and reductions fp32{}", precision_name(cfg_.train.precision),
@@ -304,6 +318,7 @@ std::string Trainer::prepare_output_dir(const ResumeRequest& resume) {
       std::error_code ec;
       for (const char* f : run_files) fs::remove(dir / f, ec);
       fs::remove_all(dir / "checkpoints", ec);
+      fs::remove_all(dir / flight_dir, ec);
     }
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -350,6 +365,7 @@ double Trainer::train_step(double lr) {
       Batch b;
       if (model_->first_stage() || model_->last_stage()) {
         auto t = timer_.time(Phase::data, exec_);
+        const auto watch = comm_.watch("dataset read", Group::data);
         b = load_batch(*train_, idx, h_inputs_, h_labels_, h_targets_, inputs_, labels_, targets_);
       }
       rows[mu] = static_cast<int>(idx.size());
@@ -521,7 +537,11 @@ EvalResult Trainer::run_eval() {
 
 void Trainer::checkpoint() {
   const double t0 = StepTimer::now();
-  const std::string path = ckpt_->save(*model_, *dp_, state_);
+  std::string path;
+  {
+    const auto watch = comm_.watch("checkpoint write", Group::world);
+    path = ckpt_->save(*model_, *dp_, state_);
+  }
   last_checkpoint_step_ = state_.step;
   out_->log(fmt::format("checkpoint {} ({:.2f} s)", path, StepTimer::now() - t0));
 }
@@ -594,6 +614,7 @@ nlohmann::json Trainer::summary(const std::string& status) const {
   if (cfg_.model.kind == ModelKind::gpt && j.contains("samples_per_s"))
     j["tokens_per_s"] = j["samples_per_s"].get<double>() * cfg_.model.context;
   j["ranks"] = comm_.size();
+  j["placement"] = placement_json(places_);
   j["parameters"] = model_->params().parameter_count();
   j["resumed_from_step"] = resumed_from_ >= 0 ? nlohmann::json(resumed_from_) : nlohmann::json(nullptr);
   j["checkpoint_step"] = last_checkpoint_step_ >= 0 ? nlohmann::json(last_checkpoint_step_) : nlohmann::json(nullptr);

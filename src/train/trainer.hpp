@@ -13,6 +13,7 @@
 #include "train/checkpointer.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/model.hpp"
+#include "train/placement.hpp"
 #include "train/run_output.hpp"
 #include "train/sampler.hpp"
 #include "train/step_timer.hpp"
@@ -85,6 +86,7 @@ class Trainer {
   std::unique_ptr<RunOutput> out_;
   std::unique_ptr<LossScaler> scaler_;
   TrainState state_;
+  std::vector<RankPlace> places_;  // where every rank runs (log.txt, summary.json)
   std::int64_t resumed_from_ = -1, last_checkpoint_step_ = -1, last_eval_step_ = -1;
   EvalResult last_eval_;
   double last_loss_ = 0.0, last_grad_norm_ = 0.0;

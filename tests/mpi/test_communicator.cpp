@@ -1,7 +1,9 @@
 // The communicator on 1, 2 and 4 ranks: grid coordinates against the formula of DESIGN.md,
-// collectives against closed forms, and agree() turning one rank's error into everyone's.
+// collectives against closed forms, what the flight recorder sees of them, and agree() turning
+// one rank's error into everyone's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "comm/agree.hpp"
@@ -69,6 +71,66 @@ TEST(Communicator, BroadcastsStrings) {
   c.broadcast(s, 0, Group::world);
   EXPECT_EQ(s.size(), 100003u);
   EXPECT_EQ(s.substr(s.size() - 3), "end");
+}
+
+TEST(Communicator, AllgathersStringsOfEveryLength) {
+  const int n = world_size();
+  Communicator c(MPI_COMM_WORLD, n, 1, 1);
+  const auto all = c.allgather_strings(std::string(static_cast<std::size_t>(c.rank()), 'a') + "r" +
+                                           std::to_string(c.rank()), Group::world);
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(all[static_cast<std::size_t>(r)], std::string(static_cast<std::size_t>(r), 'a') + "r" + std::to_string(r));
+}
+
+// The flight recorder sees every collective with its group's name, number and members (world
+// ranks), and every transfer with its peer's world rank, in every layout.
+TEST(Communicator, RecordsOperationsWithGroupsAndPeers) {
+  const int n = world_size();
+  for (int tp = 1; tp <= n; ++tp)
+    for (int pp = 1; pp <= n / tp; ++pp) {
+      if (n % (tp * pp) != 0) continue;
+      Communicator c(MPI_COMM_WORLD, n / (tp * pp), tp, pp);
+      for (Group g : {Group::world, Group::data, Group::tensor, Group::pipeline}) {
+        const auto members = c.members(g);
+        ASSERT_EQ(members.size(), static_cast<std::size_t>(c.size(g)));
+        EXPECT_EQ(members[static_cast<std::size_t>(c.rank(g))], c.rank());
+        if (c.size(g) == 1) continue;
+        double x = 1.0;
+        c.allreduce_sum(&x, 1, g);
+        c.allreduce_sum(&x, 1, g);
+        const auto s = comm::flight_recorder().snapshot();
+        const comm::FlightOp& last = s.ops.back();
+        EXPECT_STREQ(last.op, "allreduce");
+        EXPECT_STREQ(last.group, group_name(g));
+        EXPECT_EQ(last.seq, s.ops[s.ops.size() - 2].seq + 1);
+        EXPECT_EQ(last.bytes, sizeof(double));
+        EXPECT_GE(last.end, last.start);
+        const auto group = std::find_if(s.groups.begin(), s.groups.end(), [&](const comm::FlightGroup& f) {
+          return f.comm == c.handle(g);
+        });
+        ASSERT_NE(group, s.groups.end());
+        EXPECT_EQ(group->members, members);
+      }
+      if (pp > 1) {
+        // Each stage sends to the next and receives from the previous, around the ring.
+        const int p = c.coord().pipeline;
+        std::vector<float> out(3, 1.0f), in(3);
+        PendingOp send = c.isend(out.data(), out.size(), (p + 1) % pp, 7, Group::pipeline);
+        c.recv(in.data(), in.size(), (p + pp - 1) % pp, 7, Group::pipeline);
+        send.wait();
+        const auto s = comm::flight_recorder().snapshot();
+        const comm::FlightOp& recv = s.ops.back();
+        const comm::FlightOp& sent = s.ops[s.ops.size() - 2];
+        EXPECT_STREQ(sent.op, "send");
+        EXPECT_EQ(sent.peer, c.world_rank_in(Group::pipeline, (p + 1) % pp));
+        EXPECT_GE(sent.end, sent.start);
+        EXPECT_STREQ(recv.op, "recv");
+        EXPECT_EQ(recv.peer, c.world_rank_in(Group::pipeline, (p + pp - 1) % pp));
+        EXPECT_EQ(recv.seq, 1u);
+        EXPECT_FALSE(comm::flight_recorder().waiting());
+      }
+    }
 }
 
 TEST(Communicator, AgreeThrowsTheLowestFailingRanksErrorEverywhere) {

@@ -282,6 +282,9 @@ TEST(DeckErrors, OutOfRange) {
       {"eval", "batch", "0", "an integer >= 1"},
       {"checkpoint", "every_steps", "-5", "an integer >= 0"},
       {"checkpoint", "keep", "-1", "an integer >= 0"},
+      {"comm", "timeout_s", "0", "a float > 0"},
+      {"comm", "timeout_s", "-5.0", "a float > 0"},
+      {"comm", "timeout_s", "inf", "a float > 0"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.section + "." + c.key + " = " + c.value);
@@ -329,6 +332,20 @@ TEST(DeckErrors, CommBackend) {
     expect_input_error([&] { load_deck(write_deck("plain.toml", ""), {"comm.backend=nccl"}); },
                        {"--set comm.backend=nccl: comm.backend"});
   }
+}
+
+TEST(DeckErrors, WatchdogAndPlacementKeys) {
+  const Config defaults = load_deck(write_deck("empty_wd.toml", ""), {});
+  EXPECT_EQ(defaults.comm.timeout_s, 600.0);
+  EXPECT_FALSE(defaults.parallel.tensor_within_node);
+  const Config set = load_deck(write_deck("wd.toml", "[comm]\ntimeout_s = 2.5\n[parallel]\ntensor_within_node = true\n"), {});
+  EXPECT_EQ(set.comm.timeout_s, 2.5);
+  EXPECT_TRUE(set.parallel.tensor_within_node);
+  EXPECT_EQ(load_deck(write_deck("wd_int.toml", "[comm]\ntimeout_s = 3\n"), {}).comm.timeout_s, 3.0);
+  expect_deck_error("[comm]\ntimeout_s = \"10\"\n", 2, {"comm.timeout_s", "a float"});
+  expect_deck_error("[parallel]\ntensor_within_node = 1\n", 2, {"parallel.tensor_within_node", "true or false"});
+  expect_input_error([&] { load_deck(write_deck("wd_plain.toml", ""), {"comm.timeout_s=0"}); },
+                     {"--set comm.timeout_s=0: comm.timeout_s", "a float > 0"});
 }
 
 // --- Round trip -----------------------------------------------------------------------------
