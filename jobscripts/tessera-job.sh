@@ -23,6 +23,7 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 tessera_job_step_pid=
 tessera_job_warned=0
+TESSERA_CHECK_ENV=()
 
 # Slurm's warning (--signal=B:USR1@SECONDS) goes to this batch shell only; the ranks get it from
 # here. Before the ranks exist there is nothing to forward; tessera_run then declines to start.
@@ -55,10 +56,14 @@ tessera_job_ranks() {
     TESSERA_RANKS=$SLURM_NTASKS
     TESSERA_SRUN_TASKS=()
     TESSERA_MPIRUN_TASKS=()
+    TESSERA_CHECK_ENV=()
   else
     TESSERA_RANKS=$((${SLURM_JOB_NUM_NODES:?not inside a Slurm job} * per_node))
     TESSERA_SRUN_TASKS=(--ntasks="$TESSERA_RANKS" --ntasks-per-node="$per_node")
     TESSERA_MPIRUN_TASKS=(-n "$TESSERA_RANKS" --map-by "ppr:$per_node:node")
+    # Slurm's SLURM_TASKS_PER_NODE counts a whole node's CPUs here; `tessera check` places the
+    # ranks from it, so it gets the tasks per node the launcher will start.
+    TESSERA_CHECK_ENV=("SLURM_TASKS_PER_NODE=$per_node(x$SLURM_JOB_NUM_NODES)")
   fi
   echo "tessera-job: $TESSERA_RANKS rank(s) on ${SLURM_JOB_NUM_NODES:-?} node(s)"
 }
@@ -70,7 +75,8 @@ tessera_check() {
   local resolved
   local launcher=()
   read -r -a launcher <<<"${TESSERA_CHECK_LAUNCHER:-}"
-  resolved=$("${launcher[@]}" "$TESSERA" check "$@" --ranks "${TESSERA_RANKS:-${SLURM_NTASKS:?not inside a Slurm job}}")
+  resolved=$(env "${TESSERA_CHECK_ENV[@]}" "${launcher[@]}" "$TESSERA" check "$@" \
+    --ranks "${TESSERA_RANKS:-${SLURM_NTASKS:?not inside a Slurm job}}")
   echo "$resolved"
   TESSERA_OUTPUT_DIR=$(sed -n 's/^output_dir = "\(.*\)"$/\1/p' <<<"$resolved")
 }

@@ -3,6 +3,11 @@
 # `cluster.sh env`): Open MPI calls it as `node-rsh.sh [options] HOST COMMAND...`, as it would
 # call ssh; it runs COMMAND through /bin/sh in HOST's namespaces (network and hostname).
 # HOST is a node's name or address. Needs TESSERA_CLUSTER_DIR (from `cluster.sh env`).
+#
+# It behaves as ssh does when the node dies: the nodes share this machine's process space, so
+# the remote command is this script's own child, and its death would otherwise tell mpirun at
+# once what ssh to a dead host never tells it. When the command ends while HOST's link is down
+# (cluster.sh kill or cut), this script waits until it is killed instead of returning.
 set -euo pipefail
 : "${TESSERA_CLUSTER_DIR:?node-rsh.sh: TESSERA_CLUSTER_DIR is not set (eval \"\$(cluster.sh env)\")}"
 while (($#)) && [[ $1 == -* ]]; do shift; done
@@ -18,4 +23,18 @@ uts=$TESSERA_CLUSTER_DIR/uts/$host
   echo "node-rsh.sh: no node '$host' in the cluster of $TESSERA_CLUSTER_DIR" >&2
   exit 255
 }
-exec nsenter --net="/run/netns/$host" --uts="$uts" -- /bin/sh -c "$*"
+nsenter --net="/run/netns/$host" --uts="$uts" -- /bin/sh -c "$*" &
+child=$!
+# Ending this "connection" ends the remote command, as sshd does when its client goes.
+trap 'kill -TERM "$child" 2>/dev/null' TERM INT HUP
+while :; do
+  status=0
+  # (Quiet: bash would report the remote command's death by SIGKILL on mpirun's stderr.)
+  { wait "$child" || status=$?; } 2>/dev/null
+  kill -0 "$child" 2>/dev/null || break
+done
+# The host end of the node's veth, seen from the root namespace's sysfs in every namespace.
+if [[ $(cat "/sys/class/net/$host/operstate" 2>/dev/null) != up ]]; then
+  exec sleep infinity
+fi
+exit "$status"

@@ -7,8 +7,6 @@
 #      nodes): a warning, and an error (exit 2) where the deck says
 #      parallel.tensor_within_node = true;
 #   d) comm.timeout_s = 0 (it must be positive).
-# c) and d) need `tessera check` to know parallel.tensor_within_node and comm.timeout_s (branch
-# watchdog); with a binary that does not, they are reported as not run, and the rest still runs.
 set -euo pipefail
 # shellcheck source=tests/cluster/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -51,4 +49,25 @@ jid=$(DECK=$SOURCE_DIR/inputs/fashion_mnist_mlp-ci.toml sbatch --parsable -N 2 -
   --set "data.path=$(data_path)" --set train.global_batch=126 --set "run.output_dir=$WORK_DIR/run_b")
 rejected "$jid" "tessera-$jid.out" "$WORK_DIR/run_b" '^tessera: error: .*global_batch'
 say "b) passed"
+
+# --- c) a tensor group across nodes: a warning, or an error with tensor_within_node ----------------------
+# 2 nodes x 2 ranks, PIPELINE=1: the script derives tensor 2 x data 2; tensor 4 spans both nodes.
+across=(--set parallel.tensor=4 --set parallel.data=1 --set train.steps=2 --set eval.every_steps=0
+  --set checkpoint.at_end=false)
+jid=$(PIPELINE=1 submit_gpt 2 2 "${across[@]}" --set parallel.tensor_within_node=true --set "run.output_dir=$WORK_DIR/run_c")
+rejected "$jid" "tessera-gpt-$jid.out" "$WORK_DIR/run_c" '^tessera: error: .*parallel.tensor_within_node'
+jid=$(PIPELINE=1 submit_gpt 2 2 "${across[@]}" --set "run.output_dir=$WORK_DIR/run_c2")
+wait_job "$jid" 300
+out=tessera-gpt-$jid.out
+[[ $(grep -c "^warning: tensor group .*spans hosts $(node 1), $(node 2):" "$out") -eq 2 ]] ||
+  fail "$out: expected the warning from tessera check and from the run: $(grep -i warning "$out")"
+grep -q "^warning: tensor group .*spans hosts $(node 1), $(node 2):" "$WORK_DIR/run_c2/log.txt" ||
+  fail "$WORK_DIR/run_c2/log.txt: no warning of the tensor group across nodes"
+say "c) passed: tensor group across 2 nodes: an error with parallel.tensor_within_node = true, else a warning (check and run)"
+
+# --- d) comm.timeout_s not positive -------------------------------------------------------------------------
+jid=$(DECK=$SOURCE_DIR/inputs/fashion_mnist_mlp-ci.toml sbatch --parsable -N 2 --time=5 "$TESSERA_JOBSCRIPTS/cpu.sbatch" \
+  --set "data.path=$(data_path)" --set comm.timeout_s=0 --set "run.output_dir=$WORK_DIR/run_d")
+rejected "$jid" "tessera-$jid.out" "$WORK_DIR/run_d" '^tessera: error: .*comm.timeout_s'
+say "d) passed"
 echo "PASS: job scripts reject bad input on several nodes, $((SECONDS - start_time)) s"

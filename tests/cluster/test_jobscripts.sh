@@ -8,7 +8,8 @@
 #      (--gpus-per-task=0 --cpus-per-task=1, a small GPT deck), with srun and with mpirun: the
 #      layout it derives from the node count (data 2 x tensor 2 x pipeline 2) and where its groups
 #      land, read from the ranks' own namespaces: every tensor group inside one node, pipeline
-#      stages and data replicas across nodes.
+#      stages and data replicas across nodes; the run's rank table (log.txt) and tessera check's
+#      plan from Slurm's environment agree.
 set -euo pipefail
 # shellcheck source=tests/cluster/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -90,7 +91,9 @@ all_ranks_placed() {
 # Checks that the groups `tessera check` printed in job output $1 land as gpt-3d.sbatch promises,
 # given placement file $2 ("rank node" lines).
 check_groups() {
-  local out=$1 placement=$2 kind ranks nodes distinct
+  local out=$WORK_DIR/check.txt placement=$2 kind ranks nodes distinct
+  # tessera check's part of the job output (the run prints its own group lines after it).
+  sed -n '1,/ is valid for [0-9]* ranks$/p' "$1" >"$out"
   for kind in tensor pipeline data; do
     while read -r ranks; do
       nodes=$(tr ',' '\n' <<<"$ranks" | while read -r r; do awk -v r="$r" '$1 == r { print $2 }' "$placement"; done)
@@ -99,10 +102,10 @@ check_groups() {
         tensor) ((distinct == 1)) || fail "tensor group [$ranks] spans nodes $(paste -sd, <<<"$nodes")" ;;
         *) ((distinct == $(wc -l <<<"$nodes"))) || fail "$kind group [$ranks] has two ranks on one node: $(paste -sd, <<<"$nodes")" ;;
       esac
-    done < <(sed -n "s/^  $kind group ([^)]*): ranks \[\(.*\)\]\$/\1/p" "$out")
+    done < <(sed -n "s/^  $kind group ([^)]*): ranks \[\([0-9,]*\)\].*/\1/p" "$out")
   done
   [[ $(grep -c '^  tensor group' "$out") -eq 4 && $(grep -c '^  pipeline group' "$out") -eq 4 &&
-    $(grep -c '^  data group' "$out") -eq 4 ]] || fail "$out: expected 4 groups of each kind from tessera check"
+    $(grep -c '^  data group' "$out") -eq 4 ]] || fail "$1: expected 4 groups of each kind from tessera check"
 }
 
 for launcher in srun mpirun; do
@@ -118,6 +121,14 @@ for launcher in srun mpirun; do
   grep -q '^gpt-3d: 4 nodes x 2 ranks (0 GPU each): data 2 x tensor 2 x pipeline 2$' "$out" ||
     fail "job $jid: gpt-3d did not derive data 2 x tensor 2 x pipeline 2 from 4 nodes"
   check_groups "$out" "$WORK_DIR/placement_$launcher.txt"
+  # The run's own table of where every rank runs (log.txt) names the same nodes, and it warns of
+  # no tensor group across hosts; the check's plan from Slurm's environment said the same.
+  while read -r rank i; do
+    grep -q "^  rank $rank host $(node "$i") " "$run/log.txt" || fail "$run/log.txt does not put rank $rank on $(node "$i")"
+  done <"$WORK_DIR/placement_$launcher.txt"
+  grep -q '^warning: .*spans hosts' "$run/log.txt" && fail "$run/log.txt warns of a group across hosts"
+  grep -q "^  tensor group (d=0,p=0): ranks \[0,1\] on hosts \[$(node 1),$(node 1)\]" "$out" ||
+    fail "$out: tessera check did not place tensor group (d=0,p=0) on $(node 1)"
   same_bits "$WORK_DIR/gpt_ref" "$run"
   say "d) gpt-3d.sbatch, 4 nodes, $launcher: ranks by node $(awk '{ printf "%s%s:n%s", sep, $1, $2; sep = " " }' "$WORK_DIR/placement_$launcher.txt");" \
     "tensor groups within nodes, pipeline and data across; bit for bit the 1-node run's"

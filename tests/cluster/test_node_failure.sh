@@ -7,7 +7,10 @@
 #      continues from the latest complete checkpoint;
 #   b) a node is cut off (cluster.sh cut: link down, its ranks live on, stuck): the same requeue
 #      onto the other 3 nodes while the stale ranks stay; when the link returns, slurmd registers
-#      again and Slurm ends the stale ranks.
+#      again and Slurm ends the stale ranks;
+#   c) outside Slurm, under mpirun on 2 nodes, one node dies: the other node's ranks end by
+#      themselves after comm.timeout_s (the watchdog: one line each, exit 5, a flight record),
+#      and tessera doctor names the dead node's ranks.
 # Each run equals, bit for bit, the run that changes layout at the same checkpoint without a
 # failure (8 ranks to that checkpoint, then 6 ranks from it), and stays within DESIGN.md's 1e-5
 # of the uninterrupted 8-rank run. Prints the time from the node's loss to the job running again
@@ -123,5 +126,47 @@ stale_gone() { for pid in $stale; do ! alive "$pid" || return 1; done; }
 wait_for 120 stale_gone || fail "the stale ranks on $(node 3) outlived the link's return by 120 s"
 say "b) link back: Slurm ended the stale ranks after $(elapsed "$t_heal" "$(now)") s"
 completed "$run" || fail "$run no longer says completed after the stale ranks ended"
+wait_for 60 n1_idle || true
+
+# --- c) a node dies under mpirun, outside Slurm: the watchdog ends the others ------------------------
+# comm.timeout_s = 5: the ranks of the node that lives wait 5 s in their collective, write their
+# flight records, print one line each and exit 5. mpirun itself then waits for the dead node's
+# daemon, as it would behind ssh to a dead host (node-rsh.sh): the test ends it afterwards.
+run=$WORK_DIR/run_watchdog
+rm -f "$WORK_DIR/placement.txt"
+mpirun -n 4 --host "$(node 1):2,$(node 2):2" "$TESSERA_BINARY" train "$DECK" "${args[@]}" --set train.steps=2000 \
+  --set comm.timeout_s=5 --set "run.output_dir=$run" >"$run.out" 2>&1 &
+mpirun_pid=$!
+past_step_25() { (($(last_step "$run") >= 25)); }
+wait_for 300 past_step_25 || fail "mpirun: no step 25 within 300 s"
+t_fail=$(now)
+"$cluster_sh" kill n2
+# The ranks of n1, by their namespace.
+n1_ranks() {
+  local pid
+  for pid in $(ip netns pids "$(node 1)"); do
+    [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == */tessera\ train\ * ]] && echo "$pid"
+  done
+  return 0
+}
+n1_ranks_gone() { [[ -z $(n1_ranks) ]]; }
+wait_for 120 n1_ranks_gone || fail "the ranks on $(node 1) did not end by themselves within 120 s of $(node 2)'s death"
+t_end=$(now)
+kill "$mpirun_pid" 2>/dev/null || true
+wait "$mpirun_pid" 2>/dev/null || true
+for rank in 0 1; do
+  grep -q "^tessera: error: rank $rank: .* did not complete within comm.timeout_s = 5 s" "$run.out" ||
+    fail "$run.out: no watchdog line from rank $rank"
+  python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(r["reason"] != "timeout")' \
+    "$run/flight/rank_$rank.json" || fail "$run/flight/rank_$rank.json is not a timeout record"
+done
+[[ ! -e $run/flight/rank_2.json && ! -e $run/flight/rank_3.json ]] || fail "the killed node's ranks left flight records"
+"$TESSERA_BINARY" doctor "$run" >"$WORK_DIR/doctor.txt" 2>&1 || fail "tessera doctor $run failed: $(cat "$WORK_DIR/doctor.txt")"
+for rank in 2 3; do
+  grep -q "rank $rank left no flight record" "$WORK_DIR/doctor.txt" ||
+    fail "tessera doctor does not name rank $rank: $(cat "$WORK_DIR/doctor.txt")"
+done
+say "c) passed: $(node 2) killed under mpirun; the ranks on $(node 1) ended by themselves (exit 5 lines, timeout records)" \
+  "$(elapsed "$t_fail" "$t_end") s later; tessera doctor: $(grep '^verdict' "$WORK_DIR/doctor.txt")"
 echo "PASS: node failures survived, $((SECONDS - start_time)) s"
 cat "$WORK_DIR/timings.csv"
