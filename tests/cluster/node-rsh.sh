@@ -7,7 +7,7 @@
 # It behaves as ssh does when the node dies: the nodes share this machine's process space, so
 # the remote command is this script's own child, and its death would otherwise tell mpirun at
 # once what ssh to a dead host never tells it. When the command ends while HOST's link is down
-# (cluster.sh kill or cut), this script waits until it is killed instead of returning.
+# (cluster.sh kill or cut), this script does not return while its caller lives.
 set -euo pipefail
 : "${TESSERA_CLUSTER_DIR:?node-rsh.sh: TESSERA_CLUSTER_DIR is not set (eval \"\$(cluster.sh env)\")}"
 while (($#)) && [[ $1 == -* ]]; do shift; done
@@ -34,7 +34,9 @@ while :; do
   kill -0 "$child" 2>/dev/null || break
 done
 # The host end of the node's veth, seen from the root namespace's sysfs in every namespace.
+# It waits as long as whoever called it (mpirun or an orted) lives.
 if [[ $(cat "/sys/class/net/$host/operstate" 2>/dev/null) != up ]]; then
-  exec sleep infinity
+  while kill -0 "$PPID" 2>/dev/null; do sleep 1; done
+  exit 255
 fi
 exit "$status"
