@@ -131,7 +131,8 @@ wait_for 60 n1_idle || true
 # --- c) a node dies under mpirun, outside Slurm: the watchdog ends the others ------------------------
 # comm.timeout_s = 5: the ranks of the node that lives wait 5 s in their collective, write their
 # flight records, print one line each and exit 5. mpirun itself then waits for the dead node's
-# daemon, as it would behind ssh to a dead host (node-rsh.sh): the test ends it afterwards.
+# daemon, as it would behind ssh to a dead host (node-rsh.sh), even after a SIGTERM: the test
+# ends it with SIGKILL afterwards.
 run=$WORK_DIR/run_watchdog
 rm -f "$WORK_DIR/placement.txt"
 mpirun -n 4 --host "$(node 1):2,$(node 2):2" "$TESSERA_BINARY" train "$DECK" "${args[@]}" --set train.steps=2000 \
@@ -152,7 +153,8 @@ n1_ranks() {
 n1_ranks_gone() { [[ -z $(n1_ranks) ]]; }
 wait_for 120 n1_ranks_gone || fail "the ranks on $(node 1) did not end by themselves within 120 s of $(node 2)'s death"
 t_end=$(now)
-kill "$mpirun_pid" 2>/dev/null || true
+# mpirun waits for the dead node's daemon (and forwards a SIGTERM to it); only SIGKILL ends it.
+kill -KILL "$mpirun_pid" 2>/dev/null || true
 wait "$mpirun_pid" 2>/dev/null || true
 for rank in 0 1; do
   grep -q "^tessera: error: rank $rank: .* did not complete within comm.timeout_s = 5 s" "$run.out" ||
