@@ -65,7 +65,11 @@ cluster_exit() {
       done
     fi
   fi
-  [[ -n ${TESSERA_CLUSTER:-} ]] && "$cluster_sh" down
+  # Only a cluster this test made (its recorded owner): a name that `up` could not claim may
+  # be another test's.
+  if [[ -n ${TESSERA_CLUSTER:-} && $(cat "/tmp/tessera-cluster.$TESSERA_CLUSTER/owner" 2>/dev/null) == "$WORK_DIR" ]]; then
+    "$cluster_sh" down
+  fi
   say "done (exit $status)"
   exit "$status"
 }
