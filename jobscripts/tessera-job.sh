@@ -3,6 +3,7 @@
 # checkpoint (exit code 4). See docs/slurm.md.
 #
 #   source jobscripts/tessera-job.sh     # installs the USR1 trap at once
+#   tessera_job_ranks RANKS_PER_NODE     # (whole-node jobs) the ranks of this start
 #   tessera_check DECK [tessera check args...]
 #   tessera_run LAUNCHER... -- tessera train DECK --resume auto [args...]
 #
@@ -22,6 +23,7 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 tessera_job_step_pid=
 tessera_job_warned=0
+TESSERA_CHECK_ENV=()
 
 # Slurm's warning (--signal=B:USR1@SECONDS) goes to this batch shell only; the ranks get it from
 # here. Before the ranks exist there is nothing to forward; tessera_run then declines to start.
@@ -37,7 +39,33 @@ trap tessera_job_forward_signal USR1
 # Prints a line with the job's identity: which link of the run this is.
 tessera_job_banner() {
   echo "tessera-job: $(date -Is) job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NUM_NODES:-?} node(s)" \
-    "(${SLURM_JOB_NODELIST:-?}), ${SLURM_NTASKS:-?} task(s), restart ${SLURM_RESTART_COUNT:-0}"
+    "(${SLURM_JOB_NODELIST:-?})${SLURM_NTASKS:+, $SLURM_NTASKS task(s)}, restart ${SLURM_RESTART_COUNT:-0}"
+}
+
+# Sets the ranks of this start: TESSERA_RANKS, and the task options for them, TESSERA_SRUN_TASKS
+# (srun) and TESSERA_MPIRUN_TASKS (mpirun). A job that asked Slurm for tasks (--ntasks,
+# --ntasks-per-node) runs those. A job of whole nodes without a task count (--exclusive, as
+# cpu.sbatch asks) runs $1 ranks on each node it has now: submitted with a node range
+# (--nodes=3-4) and requeued after a node failure, it restarts on the nodes that are left, with
+# fewer ranks. (Slurm keeps a requeued job's first task count: a job that asked for
+# --ntasks-per-node waits for as many nodes as it first had.)
+# shellcheck disable=SC2034  # the TESSERA_*_TASKS arrays are for the job scripts
+tessera_job_ranks() {
+  local per_node=$1
+  if [[ -n ${SLURM_NTASKS:-} ]]; then
+    TESSERA_RANKS=$SLURM_NTASKS
+    TESSERA_SRUN_TASKS=()
+    TESSERA_MPIRUN_TASKS=()
+    TESSERA_CHECK_ENV=()
+  else
+    TESSERA_RANKS=$((${SLURM_JOB_NUM_NODES:?not inside a Slurm job} * per_node))
+    TESSERA_SRUN_TASKS=(--ntasks="$TESSERA_RANKS" --ntasks-per-node="$per_node")
+    TESSERA_MPIRUN_TASKS=(-n "$TESSERA_RANKS" --map-by "ppr:$per_node:node")
+    # Slurm's SLURM_TASKS_PER_NODE counts a whole node's CPUs here; `tessera check` places the
+    # ranks from it, so it gets the tasks per node the launcher will start.
+    TESSERA_CHECK_ENV=("SLURM_TASKS_PER_NODE=$per_node(x$SLURM_JOB_NUM_NODES)")
+  fi
+  echo "tessera-job: $TESSERA_RANKS rank(s) on ${SLURM_JOB_NUM_NODES:-?} node(s)"
 }
 
 # Validates the deck for the job's rank count before the expensive part: a bad deck fails here in
@@ -47,7 +75,8 @@ tessera_check() {
   local resolved
   local launcher=()
   read -r -a launcher <<<"${TESSERA_CHECK_LAUNCHER:-}"
-  resolved=$("${launcher[@]}" "$TESSERA" check "$@" --ranks "${SLURM_NTASKS:?not inside a Slurm job}")
+  resolved=$(env "${TESSERA_CHECK_ENV[@]}" "${launcher[@]}" "$TESSERA" check "$@" \
+    --ranks "${TESSERA_RANKS:-${SLURM_NTASKS:?not inside a Slurm job}}")
   echo "$resolved"
   TESSERA_OUTPUT_DIR=$(sed -n 's/^output_dir = "\(.*\)"$/\1/p' <<<"$resolved")
 }

@@ -16,6 +16,7 @@ packages=(
   dataset-fashion-mnist bible-kjv bible-kjv-text python3-h5py python3-numpy python3-matplotlib
   python3-h5py-mpi python3-mpi4py  # tools/plot_checkpoints.py --parallel (MPI-IO under mpirun)
   shellcheck munge slurmctld slurmd slurm-client  # tests/slurm: job scripts under a private Slurm
+  iproute2 procps util-linux  # tests/cluster: nodes as network namespaces (ip, tc, nsenter, ps)
 )
 missing=()
 for p in "${packages[@]}"; do
