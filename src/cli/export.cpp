@@ -144,20 +144,26 @@ void write_outputs(const ExportArgs& args, const Outputs& o, const std::vector<i
                    const std::map<std::string, std::string>& metadata, const std::string& json,
                    const std::string& hf_config) {
   std::error_code ec;
+  const bool new_dir = !o.dir.empty() && !fs::exists(o.dir, ec);
   if (!o.dir.empty()) {
     fs::create_directories(o.dir, ec);
     if (ec || !fs::is_directory(o.dir))
       throw InputError(fmt::format("--out {}: cannot create the directory: {}", o.dir,
                                    ec ? ec.message() : std::string("a file is in the way")));
   }
-  if (args.format == "torch") io::write_torch_state_dict(o.model, tensors);
-  else io::write_safetensors(o.model, tensors, metadata);
   try {
-    io::write_file_atomically(o.json, json);
-    if (!o.hf_config.empty()) io::write_file_atomically(o.hf_config, hf_config);
+    if (args.format == "torch") io::write_torch_state_dict(o.model, tensors);
+    else io::write_safetensors(o.model, tensors, metadata);
+    try {
+      io::write_file_atomically(o.json, json);
+      if (!o.hf_config.empty()) io::write_file_atomically(o.hf_config, hf_config);
+    } catch (const InputError&) {
+      fs::remove(o.model, ec);  // all or nothing
+      fs::remove(o.json, ec);
+      throw;
+    }
   } catch (const InputError&) {
-    fs::remove(o.model, ec);  // all or nothing
-    fs::remove(o.json, ec);
+    if (new_dir) fs::remove_all(o.dir, ec);
     throw;
   }
 }

@@ -62,10 +62,11 @@ std::string gpt_deck() {
   return fmt::format("{}/tests/integration/gpt_test.toml --set data.path={} {}", kSource, corpus(), kGpt);
 }
 
-// Trains `deck` on 1 rank into a directory of its own, every checkpoint kept.
+// Trains `deck` on 1 rank into a directory of its own, every checkpoint kept, no evaluation.
 std::string trained(const std::string& name, const std::string& deck, const std::string& extra = "") {
   const std::string dir = fresh_dir(name);
-  const RunResult r = tessera(1, fmt::format("train {} --set run.output_dir={} --set checkpoint.keep=0 {}", deck, dir, extra));
+  const RunResult r = tessera(1, fmt::format("train {} --set run.output_dir={} --set checkpoint.keep=0 --set "
+                                             "eval.every_steps=0 --set eval.at_end=false {}", deck, dir, extra));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return dir;
 }
