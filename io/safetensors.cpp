@@ -65,7 +65,7 @@ std::vector<std::uint64_t> unsigned_array(const nlohmann::json& j, std::size_t s
     throw InputError(fmt::format("{}: expected {}, got {}", where,
                                  size ? fmt::format("an array of {} integers >= 0", size)
                                       : std::string("an array of integers >= 0"),
-                                 j.dump().substr(0, 80)));
+                                 j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 80)));
   std::vector<std::uint64_t> out;
   for (const auto& v : j) out.push_back(v.get<std::uint64_t>());
   return out;
@@ -134,7 +134,8 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string text = header.dump();
+  // Names and metadata are UTF-8 in the format; a path with other bytes is written with U+FFFD.
+  std::string text = header.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8, ' ');  // the data start 8-byte aligned
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t{text.size()} >> (8 * i));

@@ -140,6 +140,15 @@ Outputs output_paths(const ExportArgs& args) {
   return o;
 }
 
+// No output may replace the checkpoint it is made from.
+void check_not_the_checkpoint(const Outputs& o, const std::string& checkpoint) {
+  std::error_code ec;
+  const fs::path source = fs::weakly_canonical(checkpoint, ec);
+  for (const std::string& p : {o.model, o.json, o.hf_config})
+    if (!p.empty() && !ec && fs::weakly_canonical(p, ec) == source)
+      throw InputError(fmt::format("--out: {} is the checkpoint being exported; write the export elsewhere", p));
+}
+
 void write_outputs(const ExportArgs& args, const Outputs& o, const std::vector<io::NamedTensor>& tensors,
                    const std::map<std::string, std::string>& metadata, const std::string& json,
                    const std::string& hf_config) {
@@ -173,6 +182,7 @@ void write_outputs(const ExportArgs& args, const Outputs& o, const std::vector<i
 int export_checkpoint(const ExportArgs& args) {
   const Naming naming = args.hf_gpt2 ? Naming::hf_gpt2 : Naming::torch;
   const Outputs out = output_paths(args);
+  check_not_the_checkpoint(out, args.checkpoint);
   const Communicator comm(MPI_COMM_WORLD, world_size(), 1, 1);
   const io::CheckpointFile file(comm.handle(), args.checkpoint);
 

@@ -148,7 +148,7 @@ std::string model_json(const Config& cfg, const ModelShape& shape, const std::ve
   for (const auto& [key, value] : metadata)
     if (key != "format" && key != "tessera.deck") j["metadata"][key] = value;
   j["deck"] = cfg.resolved_toml;
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string hf_gpt2_config(const Config& cfg, std::int64_t vocab) {
@@ -175,7 +175,7 @@ std::string hf_gpt2_config(const Config& cfg, std::int64_t vocab) {
   j["bos_token_id"] = nullptr;
   j["eos_token_id"] = nullptr;
   j["torch_dtype"] = "float32";
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace tessera::cli

@@ -342,6 +342,10 @@ TEST(Export, BadCheckpointsAndOptionsAreOneLineAndWriteNothing) {
   expect_input_error(tessera(1, fmt::format("export {} --out {}", dir + "/missing.h5", out)), "missing.h5");
   expect_input_error(tessera(1, fmt::format("export {} --out {}/model.json", ckpt(mlp_run(), 30), dir)), ".json");
   expect_input_error(tessera(1, fmt::format("export {} --format onnx --out {}", ckpt(mlp_run(), 30), out)), "onnx");
+  const std::string copy = dir + "/copy.h5";
+  fs::copy_file(ckpt(mlp_run(), 30), copy);
+  expect_input_error(tessera(1, fmt::format("export {} --out {}", copy, copy)), "is the checkpoint being exported");
+  EXPECT_EQ(read_file(copy), read_file(ckpt(mlp_run(), 30)));
   EXPECT_FALSE(fs::exists(out) || fs::exists(out + ".tmp") || fs::exists(dir + "/out.json"));
 }
 
