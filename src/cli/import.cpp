@@ -59,10 +59,10 @@ const io::SafetensorsEntry& expect(const io::SafetensorsFile& file, const std::s
   return *e;
 }
 
-// Every tensor of the checkpoint, matched against the file: the model's in order, then (where the
-// file holds optimizer state) each state of each parameter; nothing else may be in the file.
+// Every tensor of the checkpoint, matched against the file: the model's in order, then each state
+// of each parameter (from the file with_state, else zeros); nothing else may be in the file.
 std::vector<Planned> plan(const io::SafetensorsFile& file, const std::vector<TensorMapping>& map,
-                          const Config& cfg, bool& with_state) {
+                          const Config& cfg, bool with_state) {
   const std::string& deck = cfg.deck_path;
   std::vector<Planned> out;
   std::set<std::string> used;
@@ -70,8 +70,6 @@ std::vector<Planned> plan(const io::SafetensorsFile& file, const std::vector<Ten
     out.push_back({"model/" + t.name, &t, &expect(file, t.exported, t.exported_shape, deck)});
     used.insert(t.exported);
   }
-  with_state = std::any_of(file.entries().begin(), file.entries().end(),
-                           [](const io::SafetensorsEntry& e) { return e.name.starts_with("optimizer/"); });
   const Optimizer opt(cfg.optimizer, 0);
   for (const std::string& state : opt.state_names())
     for (const TensorMapping& t : map) {
@@ -132,7 +130,11 @@ int import_checkpoint(const ImportArgs& args) {
     file = std::make_unique<io::SafetensorsFile>(args.file);
     const bool hf = cfg.model.kind == ModelKind::gpt && file->find("transformer.wte.weight") != nullptr;
     map = tensor_map(cfg, logical_params(cfg, shape), hf ? Naming::hf_gpt2 : Naming::torch);
-    bool with_state = false;
+    // Optimizer state, or the train state an --optimizer export of a stateless optimizer carries.
+    const bool with_state =
+        file->metadata().count(std::string(kMetaTrain) + "step") > 0 ||
+        std::any_of(file->entries().begin(), file->entries().end(),
+                    [](const io::SafetensorsEntry& e) { return e.name.starts_with("optimizer/"); });
     planned = plan(*file, map, cfg, with_state);
     state = with_state ? metadata_state(file->path(), file->metadata(), cfg) : fresh_state(cfg);
     if (comm.is_root()) values = read_planned(*file, planned);
