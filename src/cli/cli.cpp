@@ -14,6 +14,7 @@
 #include "cli/commands.hpp"
 #include "cli/diff.hpp"
 #include "cli/doctor.hpp"
+#include "cli/export.hpp"
 #include "cli/generate.hpp"
 #include "comm/mpi_check.hpp"
 #include "core/error.hpp"
@@ -67,6 +68,12 @@ int fail(MPI_Comm errors, const std::string& message, ExitCode code) {
   }
   if (world_rank() == 0) std::fputs(line.c_str(), stderr);
   return static_cast<int>(code);
+}
+
+// --deck DECK [--set k=v ...], for subcommands whose positional argument is something else.
+void add_deck_option(CLI::App* cmd, DeckArgs& a) {
+  cmd->add_option("--deck", a.deck, "input deck (TOML) of the model")->required();
+  cmd->add_option("--set", a.overrides, "override a deck key: section.key=value (repeatable)");
 }
 
 void add_deck(CLI::App* cmd, DeckArgs& a) {
@@ -151,6 +158,34 @@ int run(int argc, char** argv) {
   doctor_cmd->footer("Exit codes: 0 the records were read and judged; 2 RUN_DIR holds no flight records, or one "
                      "cannot be read.");
 
+  ExportArgs export_args;
+  auto* export_cmd = app.add_subcommand("export", "write a checkpoint's model for PyTorch or Hugging Face");
+  export_cmd->footer(
+      "Writes the model as safetensors (F32) or a torch.save state_dict (torch.load(..., weights_only=True)) "
+      "with PyTorch's parameter names and layouts, and a JSON of the model's configuration beside it "
+      "(docs/models.md \"Export and import\").");
+  export_cmd->add_option("checkpoint", export_args.checkpoint, "checkpoint file")->required();
+  export_cmd->add_option("--format", export_args.format, "safetensors | torch")
+      ->check(CLI::IsMember({"safetensors", "torch"}))->capture_default_str();
+  export_cmd->add_option("--out", export_args.out,
+                         "file to write (default: the checkpoint's path with .safetensors or .pt); the JSON goes "
+                         "beside it as .json; with --hf-gpt2 a directory (default: the checkpoint's path + -hf)");
+  export_cmd->add_flag("--hf-gpt2", export_args.hf_gpt2,
+                       "a gpt as Hugging Face's GPT2LMHeadModel: a directory with model.safetensors (or "
+                       "pytorch_model.bin) and config.json");
+  export_cmd->add_flag("--optimizer", export_args.optimizer,
+                       "also the optimizer state (optimizer/<name>/<state>) and where training stood");
+
+  ImportArgs import_args;
+  auto* import_cmd = app.add_subcommand("import", "a safetensors file as a checkpoint of a deck's model");
+  import_cmd->footer(
+      "The file must hold the deck's model with the names and shapes `tessera export` writes (Tessera's, or "
+      "Hugging Face's GPT-2 names for a gpt); F32, F16, BF16 and F64 convert. Without optimizer state the "
+      "checkpoint is at step 0 with zero state: `tessera train DECK --resume CHECKPOINT` fine-tunes it.");
+  import_cmd->add_option("file", import_args.file, "safetensors file")->required();
+  add_deck_option(import_cmd, import_args.deck);
+  import_cmd->add_option("--out", import_args.out, "checkpoint to write (must not exist)")->required();
+
   auto* bench_cmd = app.add_subcommand("bench", "measure one part of the stack");
   bench_cmd->require_subcommand(1);
   BenchCommArgs bench_comm_args;
@@ -186,6 +221,8 @@ int run(int argc, char** argv) {
     if (*inspect_cmd) return inspect(checkpoint);
     if (*diff_cmd) return diff(diff_args);
     if (*doctor_cmd) return doctor(run_dir);
+    if (*export_cmd) return export_checkpoint(export_args);
+    if (*import_cmd) return import_checkpoint(import_args);
     if (*bench_comm_cmd) return bench_comm(bench_comm_args);
   } catch (const InputError& e) {
     return fail(errors, e.what(), ExitCode::bad_input);

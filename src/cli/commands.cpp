@@ -138,11 +138,16 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
       Checkpointer(cfg, comm).load_model(checkpoint, model);
     }
     const EvalResult e = evaluate(cfg, comm, model, test);
+    // The loss with 9 significant digits (float32's round trip), and what a sample is.
+    const std::string samples = cfg.model.kind == ModelKind::gpt
+                                    ? fmt::format("{} windows of {} tokens; loss and accuracy per token",
+                                                  e.samples, cfg.model.context)
+                                    : fmt::format("{} samples", e.samples);
     if (comm.is_root())
-      std::cout << fmt::format("eval {} on {} /{}: test loss {:.6f}{} ({} samples)\n", checkpoint,
-                               cfg.data.path, cfg.data.test_split, e.loss,
-                               std::isnan(e.accuracy) ? std::string() : fmt::format(" accuracy {:.4f}", e.accuracy),
-                               e.samples);
+      std::cout << fmt::format("eval {} on {} /{}: test loss {:.9g}{} ({})\n", checkpoint, cfg.data.path,
+                               cfg.data.test_split, e.loss,
+                               std::isnan(e.accuracy) ? std::string() : fmt::format(" accuracy {:.6f}", e.accuracy),
+                               samples);
     return 0;
   });
 }

@@ -186,6 +186,15 @@ Value read_value(const Locate& locate, const KeySpec& k, const toml::node& node)
 
 // --- The deck file ------------------------------------------------------------------------
 
+toml::table parse_deck_text(const std::string& text, const std::string& path) {
+  try {
+    return toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}:{}:{}: invalid TOML: {}", path, e.source().begin.line,
+                                 e.source().begin.column, e.description()));
+  }
+}
+
 toml::table parse_deck(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) throw InputError(path + ": cannot open deck file");
@@ -193,12 +202,7 @@ toml::table parse_deck(const std::string& path) {
   if (!in) throw InputError(path + ": cannot open deck file");
   std::ostringstream text;
   text << in.rdbuf();
-  try {
-    return toml::parse(text.str(), path);
-  } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("{}:{}:{}: invalid TOML: {}", path, e.source().begin.line,
-                                 e.source().begin.column, e.description()));
-  }
+  return parse_deck_text(text.str(), path);
 }
 
 /// A key-value pair or an unknown section of the deck, in file order.
@@ -298,6 +302,16 @@ Config load_deck(const std::string& path, const std::vector<std::string>& overri
   deck::Origins origins;
   apply_file(cfg, parse_deck(path), path, origins);
   for (const auto& o : overrides) apply_override(cfg, o, origins);
+  deck::check_combinations(cfg, origins);
+  cfg.resolved_toml = to_toml(cfg);
+  return cfg;
+}
+
+Config load_deck_text(const std::string& text, const std::string& name) {
+  Config cfg;
+  cfg.deck_path = name;
+  deck::Origins origins;
+  apply_file(cfg, parse_deck_text(text, name), name, origins);
   deck::check_combinations(cfg, origins);
   cfg.resolved_toml = to_toml(cfg);
   return cfg;

@@ -22,6 +22,10 @@ namespace tessera {
 ///         ("--set k=v: ..." in place of "<path>:<line>" for an override)
 Config load_deck(const std::string& path, const std::vector<std::string>& overrides);
 
+/// \brief As load_deck, from TOML text (a checkpoint's `deck` attribute, the resolved deck of the
+///        run that wrote it), without overrides; `name` stands for the file in messages.
+Config load_deck_text(const std::string& text, const std::string& name);
+
 /// \brief Checks what depends on the world size and resolves parallel.data = 0 to
 ///        world_size / (tensor * pipeline); updates cfg.resolved_toml.
 ///

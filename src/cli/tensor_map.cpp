@@ -1,0 +1,181 @@
+#include "cli/tensor_map.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/deck.hpp"
+#include "core/error.hpp"
+#include "core/version.hpp"
+#include "kernels/layernorm.hpp"
+
+namespace tessera::cli {
+
+namespace {
+
+using Shape = std::vector<std::uint64_t>;
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// Replaces the first `from` in s by `to`; true where there was one.
+bool replace(std::string& s, const std::string& from, const std::string& to) {
+  const std::size_t at = s.find(from);
+  if (at == std::string::npos) return false;
+  s.replace(at, from.size(), to);
+  return true;
+}
+
+// The [rows, cols] matrix of a tensor whose columns are its last dimension.
+std::pair<std::uint64_t, std::uint64_t> as_matrix(const Shape& shape) {
+  std::uint64_t rows = 1;
+  for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+  return {rows, shape.empty() ? 1 : shape.back()};
+}
+
+std::vector<float> transpose(const std::vector<float>& v, std::uint64_t rows, std::uint64_t cols) {
+  std::vector<float> out(v.size());
+  for (std::uint64_t r = 0; r < rows; ++r)
+    for (std::uint64_t c = 0; c < cols; ++c) out[c * rows + r] = v[r * cols + c];
+  return out;
+}
+
+// The fused q/k/v ([3, C, C] and [3, C]) as nn.Linear's [3C, C] and [3C].
+Shape torch_shape(const std::string& name, const Shape& shape) {
+  if (!contains(name, ".attn.qkv.") || shape.size() < 2) return shape;
+  Shape s{shape[0] * shape[1]};
+  s.insert(s.end(), shape.begin() + 2, shape.end());
+  return s;
+}
+
+TensorMapping hf_gpt2(const nn::ParamInfo& p) {
+  TensorMapping m;
+  m.name = p.name;
+  m.shape = Shape(p.logical_shape.begin(), p.logical_shape.end());
+  m.exported = p.name;
+  if (!replace(m.exported, "blocks.", "transformer.h.")) m.exported = "transformer." + p.name;
+  // Conv1D layers, stored [in, out]: the four projections' weights are transposed.
+  const bool projection = replace(m.exported, ".attn.qkv.", ".attn.c_attn.") ||
+                          replace(m.exported, ".attn.proj.", ".attn.c_proj.") ||
+                          replace(m.exported, ".mlp.fc.", ".mlp.c_fc.") ||
+                          replace(m.exported, ".mlp.proj.", ".mlp.c_proj.");
+  m.exported_shape = torch_shape(p.name, m.shape);
+  if (projection && m.exported_shape.size() == 2) {
+    m.transposed = true;
+    m.exported_shape = {m.exported_shape[1], m.exported_shape[0]};
+  }
+  return m;
+}
+
+}  // namespace
+
+std::vector<TensorMapping> tensor_map(const Config& cfg, const std::vector<nn::ParamInfo>& params,
+                                      Naming naming) {
+  if (naming == Naming::hf_gpt2 && cfg.model.kind != ModelKind::gpt)
+    throw InputError(fmt::format("--hf-gpt2: the model is {} {}; only a gpt maps onto Hugging Face's "
+                                 "GPT2LMHeadModel (export it without --hf-gpt2)",
+                                 cfg.model.kind == ModelKind::mlp ? "an" : "a", to_string(cfg.model.kind)));
+  std::vector<TensorMapping> out;
+  for (const nn::ParamInfo& p : params) {
+    if (naming == Naming::hf_gpt2) {
+      out.push_back(hf_gpt2(p));
+      continue;
+    }
+    TensorMapping m;
+    m.name = m.exported = p.name;
+    m.shape = Shape(p.logical_shape.begin(), p.logical_shape.end());
+    m.exported_shape = torch_shape(p.name, m.shape);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<float> to_exported(const TensorMapping& m, std::vector<float> values) {
+  if (!m.transposed) return values;
+  const auto [rows, cols] = as_matrix(m.shape);
+  return transpose(values, rows, cols);
+}
+
+std::vector<float> from_exported(const TensorMapping& m, std::vector<float> values) {
+  if (!m.transposed) return values;
+  const auto [rows, cols] = as_matrix(m.shape);
+  return transpose(values, cols, rows);
+}
+
+std::string model_json(const Config& cfg, const ModelShape& shape, const std::vector<TensorMapping>& map,
+                       Naming naming, const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json j;
+  j["format"] = "tessera-export";
+  j["tessera_version"] = TESSERA_VERSION;
+  j["kind"] = to_string(cfg.model.kind);
+  j["names"] = naming == Naming::hf_gpt2 ? "hf-gpt2" : "torch";
+  const auto& m = cfg.model;
+  if (m.kind == ModelKind::gpt) {
+    j["layers"] = m.layers;
+    j["heads"] = m.heads;
+    j["width"] = m.width;
+    j["context"] = m.context;
+    j["vocab_size"] = shape.outputs;
+    j["mlp_hidden"] = 4 * m.width;
+    j["activation"] = "gelu";
+    j["gelu_approximate"] = "none";  // exact erf form: PyTorch's nn.GELU(approximate="none")
+    j["layer_norm_eps"] = kernels::layernorm_eps;
+    j["attention_scale"] = 1.0 / std::sqrt(static_cast<double>(m.width / m.heads));
+    j["qkv"] = "attn.qkv.weight [3C, C] = the q, k, v projections' rows stacked; bias [3C] likewise";
+    j["tied_head"] = "logits = ln_f(x) @ wte.weight^T (no separate head tensor)";
+    j["sample"] = "a window of context tokens; loss = mean over its positions of the next token's cross-entropy";
+  } else {
+    const bool cnn = m.kind == ModelKind::cnn;
+    if (cnn) {
+      j["in_channels"] = shape.sample_shape.size() == 3 ? shape.sample_shape[0] : 1;
+      j["channels"] = m.channels;
+      j["kernel"] = m.kernel;
+      j["padding"] = m.kernel / 2;
+      j["block"] = "conv (stride 1, zero padding kernel/2) -> ReLU -> 2x2 max-pool (stride 2, floor)";
+      j["flatten"] = "C, H, W (torch.flatten(x, 1) of an NCHW tensor)";
+    } else {
+      j["in_features"] = shape.in_features;
+    }
+    j["hidden"] = m.hidden;
+    j["outputs"] = shape.outputs;
+    j["activation"] = cnn ? std::string("relu") : std::string(to_string(m.activation));
+    if (!cnn && m.activation == Activation::gelu) j["gelu_approximate"] = "none";
+    j["loss"] = to_string(m.loss);
+  }
+  nlohmann::ordered_json tensors;
+  for (const TensorMapping& t : map) tensors[t.exported] = t.exported_shape;
+  j["tensors"] = tensors;
+  for (const auto& [key, value] : metadata)
+    if (key != "format" && key != "tessera.deck") j["metadata"][key] = value;
+  j["deck"] = cfg.resolved_toml;
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string hf_gpt2_config(const Config& cfg, std::int64_t vocab) {
+  const auto& m = cfg.model;
+  nlohmann::ordered_json j;
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  j["vocab_size"] = vocab;
+  j["n_positions"] = m.context;
+  j["n_ctx"] = m.context;
+  j["n_embd"] = m.width;
+  j["n_layer"] = m.layers;
+  j["n_head"] = m.heads;
+  j["n_inner"] = nullptr;  // 4 n_embd
+  j["activation_function"] = "gelu";  // exact erf GELU (GPT-2's own is "gelu_new", the tanh form)
+  j["layer_norm_epsilon"] = kernels::layernorm_eps;
+  j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["attn_pdrop"] = 0.0;
+  j["scale_attn_weights"] = true;
+  j["scale_attn_by_inverse_layer_idx"] = false;
+  j["reorder_and_upcast_attn"] = false;
+  j["tie_word_embeddings"] = true;
+  j["bos_token_id"] = nullptr;
+  j["eos_token_id"] = nullptr;
+  j["torch_dtype"] = "float32";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace tessera::cli

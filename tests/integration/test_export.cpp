@@ -1,0 +1,353 @@
+// tessera export and import through the real binary. Oracles: PyTorch modules built by
+// tools/load_export.py from an export (Debian's python3-torch) reproduce `tessera eval`'s loss
+// within 1e-5; a .pt loads with torch.load(weights_only=True); an import of an export is `tessera
+// diff`-equal to the checkpoint it came from and fine-tunes to the same losses on 1 and 2 ranks; an
+// import of an --optimizer export continues the run to its uninterrupted losses; Hugging Face's
+// layout is the transpose of PyTorch's; every bad input is exit 2 with one line and no file.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "io/safetensors.hpp"
+#include "run_helpers.hpp"
+
+namespace tessera::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kSource = TESSERA_SOURCE_DIR;
+const std::string kGpt = "--set model.width=32 --set model.heads=4 --set model.layers=2";
+const std::string kCnn = "--set model.kind=cnn --set model.channels=[4,8] --set model.hidden=[32]";
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+void expect_input_error(const RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(count(r.output, "tessera: error:"), 1) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << r.output;
+  EXPECT_EQ(count(r.output, "internal error"), 0) << r.output;
+}
+
+std::string ckpt(const std::string& run, int step) { return fmt::format("{}/checkpoints/step_{:08}.h5", run, step); }
+
+// --- The runs every test starts from ----------------------------------------------------------
+
+const std::string& corpus() {
+  static const std::string path = [] {
+    const std::string out = fresh_dir("corpus") + "/docs.h5";
+    const RunResult r = tessera(1, fmt::format("prepare text --out {} {}/README.md {}/docs/design.md {}/docs/deck.md",
+                                               out, kSource, kSource, kSource));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return out;
+  }();
+  return path;
+}
+
+std::string mlp_deck() { return fmt::format("{}/tests/integration/mlp_test.toml --set data.path={}", kSource, fashion_mnist()); }
+std::string cnn_deck() { return mlp_deck() + " " + kCnn; }
+std::string gpt_deck() {
+  return fmt::format("{}/tests/integration/gpt_test.toml --set data.path={} {}", kSource, corpus(), kGpt);
+}
+
+// Trains `deck` on 1 rank into a directory of its own, every checkpoint kept, no evaluation.
+std::string trained(const std::string& name, const std::string& deck, const std::string& extra = "") {
+  const std::string dir = fresh_dir(name);
+  const RunResult r = tessera(1, fmt::format("train {} --set run.output_dir={} --set checkpoint.keep=0 --set "
+                                             "eval.every_steps=0 --set eval.at_end=false {}", deck, dir, extra));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return dir;
+}
+
+const std::string& mlp_run() {  // 30 steps, checkpoints at 10, 20, 30
+  static const std::string dir = trained("mlp_run", mlp_deck());
+  return dir;
+}
+const std::string& gpt_run() {  // 10 steps, a checkpoint at the end
+  static const std::string dir = trained("gpt_run", gpt_deck(), "--set train.steps=10");
+  return dir;
+}
+
+// The loss `tessera eval` prints, as text (9 significant digits).
+std::string eval_loss(const std::string& deck, const std::string& checkpoint, int ranks = 1) {
+  const RunResult r = tessera(ranks, fmt::format("eval {} --checkpoint {}", deck, checkpoint));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(r.output, m, std::regex(R"(test loss ([0-9.eE+-]+))"))) << r.output;
+  return m.size() > 1 ? m[1].str() : std::string("nan");
+}
+
+RunResult python(const std::string& args) {
+  return shell(fmt::format("{} {}/tools/load_export.py {}", TESSERA_TOOLS_PYTHON, kSource, args));
+}
+
+// --- Export, loaded by PyTorch ----------------------------------------------------------------
+
+TEST(Export, MlpCnnAndGptInPyTorchReproduceTessera_eval) {
+  struct Case {
+    std::string name, deck, checkpoint, format, data;
+  };
+  const std::string cnn = trained("cnn_run", cnn_deck());
+  const std::vector<Case> cases = {
+      {"mlp", mlp_deck(), ckpt(mlp_run(), 30), "safetensors", fashion_mnist()},
+      {"mlp", mlp_deck(), ckpt(mlp_run(), 30), "torch", fashion_mnist()},
+      {"cnn", cnn_deck(), ckpt(cnn, 30), "safetensors", fashion_mnist()},
+      {"gpt", gpt_deck(), ckpt(gpt_run(), 10), "safetensors", corpus()},
+      {"gpt", gpt_deck(), ckpt(gpt_run(), 10), "torch", corpus()},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name + " " + c.format);
+    const std::string out = fresh_dir("export_" + c.name + "_" + c.format) + "/model." +
+                            (c.format == "torch" ? "pt" : "safetensors");
+    const RunResult e = tessera(1, fmt::format("export {} --format {} --out {}", c.checkpoint, c.format, out));
+    ASSERT_EQ(e.exit_code, 0) << e.output;
+    ASSERT_TRUE(fs::exists(out) && fs::exists(fs::path(out).replace_extension(".json"))) << e.output;
+    const std::string loss = eval_loss(c.deck, c.checkpoint);
+    // A .pt goes through torch.load(path, weights_only=True); strict load_state_dict checks names.
+    const RunResult p = python(fmt::format("eval {} --data {} --expect-loss {} --rtol 1e-5", out, c.data, loss));
+    EXPECT_EQ(p.exit_code, 0) << p.output;
+    EXPECT_NE(p.output.find("relative difference"), std::string::npos) << p.output;
+  }
+}
+
+TEST(Export, HuggingFaceGpt2IsTheTransposedLayoutWithItsConfig) {
+  const std::string dir = fresh_dir("hf") + "/gpt-hf";
+  const std::string torch_out = fresh_dir("hf_torch") + "/model.safetensors";
+  ASSERT_EQ(tessera(1, fmt::format("export {} --hf-gpt2 --out {}", ckpt(gpt_run(), 10), dir)).exit_code, 0);
+  ASSERT_EQ(tessera(1, fmt::format("export {} --out {}", ckpt(gpt_run(), 10), torch_out)).exit_code, 0);
+  const auto config = nlohmann::json::parse(read_file(dir + "/config.json"));
+  EXPECT_EQ(config["model_type"], "gpt2");
+  EXPECT_EQ(config["n_embd"], 32);
+  EXPECT_EQ(config["n_head"], 4);
+  EXPECT_EQ(config["n_layer"], 2);
+  EXPECT_EQ(config["n_positions"], 32);
+  EXPECT_EQ(config["vocab_size"], 256);
+  EXPECT_EQ(config["activation_function"], "gelu");
+  EXPECT_DOUBLE_EQ(config["layer_norm_epsilon"].get<double>(), 1e-5);
+
+  // Conv1D's [in, out] is nn.Linear's [out, in] transposed; the rest is renamed only.
+  const io::SafetensorsFile hf(dir + "/model.safetensors"), pt(torch_out);
+  EXPECT_EQ(hf.metadata().at("format"), "pt");
+  EXPECT_EQ(hf.entries().size(), pt.entries().size());
+  const auto* c_attn = hf.find("transformer.h.1.attn.c_attn.weight");
+  const auto* qkv = pt.find("blocks.1.attn.qkv.weight");
+  ASSERT_TRUE(c_attn && qkv);
+  EXPECT_EQ(c_attn->shape, (std::vector<std::uint64_t>{32, 96}));
+  EXPECT_EQ(qkv->shape, (std::vector<std::uint64_t>{96, 32}));
+  const auto a = hf.read(*c_attn), b = pt.read(*qkv);
+  for (std::size_t in = 0; in < 32; ++in)
+    for (std::size_t out = 0; out < 96; ++out) ASSERT_EQ(a[in * 96 + out], b[out * 32 + in]);
+  ASSERT_TRUE(hf.find("transformer.wte.weight") && hf.find("transformer.ln_f.bias"));
+  EXPECT_EQ(hf.read(*hf.find("transformer.wte.weight")), pt.read(*pt.find("wte.weight")));
+
+  // And back: an import of Hugging Face's names is the same model.
+  const std::string back = fresh_dir("hf_back") + "/imported.h5";
+  ASSERT_EQ(tessera(1, fmt::format("import {}/model.safetensors --deck {} --out {}", dir, gpt_deck(), back)).exit_code, 0);
+  const RunResult d = tessera(1, fmt::format("diff {} {} --model-only --tolerance 0", ckpt(gpt_run(), 10), back));
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+}
+
+// --- Import -----------------------------------------------------------------------------------
+
+TEST(Import, AnExportComesBackTheSameModelAndFineTunesOnOneAndTwoRanks) {
+  const std::string dir = fresh_dir("roundtrip");
+  ASSERT_EQ(tessera(1, fmt::format("export {} --out {}/gpt.safetensors", ckpt(gpt_run(), 10), dir)).exit_code, 0);
+  const RunResult i = tessera(2, fmt::format("import {}/gpt.safetensors --deck {} --out {}/imported.h5", dir, gpt_deck(), dir));
+  ASSERT_EQ(i.exit_code, 0) << i.output;
+  const RunResult d = tessera(2, fmt::format("diff {} {}/imported.h5 --model-only --tolerance 0", ckpt(gpt_run(), 10), dir));
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_EQ(eval_loss(gpt_deck(), dir + "/imported.h5", 2), eval_loss(gpt_deck(), ckpt(gpt_run(), 10)));
+
+  // Fine-tuning: step 0 with zero optimizer state, the same losses whatever the layout.
+  std::map<int, std::map<std::int64_t, double>> losses;
+  for (int ranks : {1, 2}) {
+    const std::string run = fresh_dir(fmt::format("finetune_np{}", ranks));
+    const RunResult r = tessera(ranks, fmt::format("train {} --set run.output_dir={} --set train.steps=5 --resume {}/imported.h5",
+                                                   gpt_deck(), run, dir));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    losses[ranks] = train_losses(run);
+    ASSERT_EQ(losses[ranks].size(), 5u);
+    EXPECT_EQ(losses[ranks].begin()->first, 1);
+  }
+  EXPECT_LE(max_relative_difference(losses[1], losses[2]), 1e-5);
+  // The imported model, not a fresh one: its first loss is the trained model's, far below ln 256.
+  EXPECT_LT(losses[1].begin()->second, 5.3);
+}
+
+TEST(Import, AnOptimizerExportContinuesTheRunToItsUninterruptedLosses) {
+  const std::string dir = fresh_dir("continue");
+  ASSERT_EQ(tessera(1, fmt::format("export {} --optimizer --out {}/mlp.safetensors", ckpt(mlp_run(), 20), dir)).exit_code, 0);
+  ASSERT_EQ(tessera(1, fmt::format("import {}/mlp.safetensors --deck {} --out {}/step20.h5", dir, mlp_deck(), dir)).exit_code, 0);
+  const RunResult d = tessera(1, fmt::format("diff {} {}/step20.h5 --tolerance 0", ckpt(mlp_run(), 20), dir));
+  EXPECT_EQ(d.exit_code, 0) << d.output;  // optimizer state and attributes too
+  const std::string run = fresh_dir("continue_run");
+  const RunResult r = tessera(2, fmt::format("train {} --set run.output_dir={} --resume {}/step20.h5", mlp_deck(), run, dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto expected = train_losses(mlp_run());
+  expected.erase(expected.begin(), expected.upper_bound(20));
+  ASSERT_EQ(expected.size(), 10u);
+  EXPECT_LE(max_relative_difference(expected, train_losses(run)), 1e-5);
+}
+
+// --- Bad input ------------------------------------------------------------------------------
+
+// A safetensors file as its parts, to damage.
+struct Raw {
+  nlohmann::json header;
+  std::string data;
+};
+
+Raw read_raw(const std::string& path) {
+  const std::string bytes = read_file(path);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  return {nlohmann::json::parse(bytes.substr(8, n)), bytes.substr(8 + n)};
+}
+
+std::string bytes_of(const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  const std::uint64_t n = header.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + header + data;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// The same tensors in bfloat16: each float's top 16 bits.
+std::string as_bf16(Raw raw) {
+  std::string data;
+  for (auto& [name, entry] : raw.header.items()) {
+    if (name == "__metadata__") continue;
+    const std::uint64_t begin = entry["data_offsets"][0], end = entry["data_offsets"][1];
+    entry["dtype"] = "BF16";
+    entry["data_offsets"] = {data.size(), data.size() + (end - begin) / 2};
+    for (std::uint64_t at = begin; at < end; at += 4) data += raw.data.substr(at + 2, 2);
+  }
+  return bytes_of(raw.header.dump(), data);
+}
+
+TEST(Import, DamagedOrMismatchedFilesAreOneLineAndWriteNothing) {
+  const std::string dir = fresh_dir("bad_import");
+  const std::string good = dir + "/good.safetensors";
+  ASSERT_EQ(tessera(1, fmt::format("export {} --out {}", ckpt(mlp_run(), 30), good)).exit_code, 0);
+  const Raw raw = read_raw(good);
+  const auto edited = [&](const std::function<void(Raw&)>& edit) {
+    Raw r = raw;
+    edit(r);
+    return bytes_of(r.header.dump(), r.data);
+  };
+  const std::string whole = read_file(good);
+  struct Case {
+    std::string name, bytes, deck_extra, needle;
+  };
+  std::string huge_length = whole;
+  huge_length[6] = '\x7f';
+  const std::vector<Case> cases = {
+      {"shape", whole, "--set model.hidden=[64,16]", "tensor layers.1.weight has shape [32,64]; the model of"},
+      {"missing", edited([](Raw& r) { r.header.erase("layers.2.bias"); }), "", "tensor layers.2.bias is missing"},
+      {"extra", edited([](Raw& r) {
+         r.header["extra.weight"] = {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {r.data.size(), r.data.size() + 4}}};
+         r.data += std::string(4, '\0');
+       }), "", "tensor extra.weight is not part of the model"},
+      {"length", huge_length, "", "goes beyond the file"},
+      {"json", bytes_of("{\"layers.0.bias\": [", raw.data), "", "is not JSON"},
+      {"truncated", whole.substr(0, whole.size() - 4), "", "lie outside the data"},
+      {"dtype", edited([](Raw& r) { r.header["layers.0.bias"]["dtype"] = "I32"; }), "", "does not convert to float32"},
+      {"overlap", edited([](Raw& r) {
+         const std::uint64_t w = r.header["layers.0.weight"]["data_offsets"][0];
+         r.header["layers.0.bias"]["data_offsets"] = {w, w + 256};
+       }), "", "overlap"},
+      {"nan", edited([](Raw& r) {
+         const std::uint64_t at = r.header["layers.1.bias"]["data_offsets"][0];
+         const float nan = std::numeric_limits<float>::quiet_NaN();
+         std::memcpy(r.data.data() + at, &nan, 4);
+       }), "", "NaN or infinite"},
+      {"short", "abc", "", "too short"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string file = fmt::format("{}/{}.safetensors", dir, c.name), out = fmt::format("{}/{}.h5", dir, c.name);
+    write_bytes(file, c.bytes);
+    const RunResult r = tessera(2, fmt::format("import {} --deck {} {} --out {}", file, mlp_deck(), c.deck_extra, out));
+    expect_input_error(r, c.needle);
+    EXPECT_NE(r.output.find(file), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out) || fs::exists(out + ".tmp"));
+  }
+
+  // An existing checkpoint is never overwritten.
+  const std::string existing = dir + "/existing.h5";
+  write_bytes(existing, "keep me");
+  expect_input_error(tessera(1, fmt::format("import {} --deck {} --out {}", good, mlp_deck(), existing)), "exists");
+  EXPECT_EQ(read_file(existing), "keep me");
+
+  // bfloat16 converts: the checkpoint holds exactly the bf16 values.
+  write_bytes(dir + "/bf16.safetensors", as_bf16(raw));
+  const RunResult b = tessera(1, fmt::format("import {}/bf16.safetensors --deck {} --out {}/bf16.h5", dir, mlp_deck(), dir));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  ASSERT_EQ(tessera(1, fmt::format("export {}/bf16.h5 --out {}/bf16_back.safetensors", dir, dir)).exit_code, 0);
+  const io::SafetensorsFile back(dir + "/bf16_back.safetensors"), original(good);
+  for (const auto& e : original.entries()) {
+    const auto values = original.read(e), converted = back.read(*back.find(e.name));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &values[i], 4);
+      bits &= 0xffff0000u;
+      float truncated;
+      std::memcpy(&truncated, &bits, 4);
+      ASSERT_EQ(converted[i], truncated) << e.name << " element " << i;
+    }
+  }
+}
+
+// Writes value at element `index` of a checkpoint's dataset, leaving its checksum as it was.
+void poke_float(const std::string& path, const std::string& dataset, float value) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  const hid_t space = H5Dget_space(d);
+  hsize_t at[1] = {0}, one = 1;
+  H5Sselect_elements(space, H5S_SELECT_SET, 1, at);
+  const hid_t mem = H5Screate_simple(1, &one, nullptr);
+  EXPECT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, &value), 0);
+  H5Sclose(mem);
+  H5Sclose(space);
+  H5Dclose(d);
+  H5Fclose(f);
+}
+
+TEST(Export, BadCheckpointsAndOptionsAreOneLineAndWriteNothing) {
+  const std::string dir = fresh_dir("bad_export");
+  const std::string out = dir + "/out.safetensors";
+  expect_input_error(tessera(2, fmt::format("export {} --hf-gpt2 --out {}", ckpt(mlp_run(), 30), dir + "/hf")),
+                     "only a gpt maps onto Hugging Face's GPT2LMHeadModel");
+  EXPECT_FALSE(fs::exists(dir + "/hf"));
+
+  const std::string damaged = dir + "/damaged.h5";
+  fs::copy_file(ckpt(mlp_run(), 30), damaged);
+  poke_float(damaged, "model/layers.1.bias", 0.5f);
+  expect_input_error(tessera(2, fmt::format("export {} --out {}", damaged, out)), "does not match its checksum");
+  expect_input_error(tessera(1, fmt::format("export {} --out {}", dir + "/missing.h5", out)), "missing.h5");
+  expect_input_error(tessera(1, fmt::format("export {} --out {}/model.json", ckpt(mlp_run(), 30), dir)), ".json");
+  expect_input_error(tessera(1, fmt::format("export {} --format onnx --out {}", ckpt(mlp_run(), 30), out)), "onnx");
+  const std::string copy = dir + "/copy.h5";
+  fs::copy_file(ckpt(mlp_run(), 30), copy);
+  expect_input_error(tessera(1, fmt::format("export {} --out {}", copy, copy)), "is the checkpoint being exported");
+  EXPECT_EQ(read_file(copy), read_file(ckpt(mlp_run(), 30)));
+  EXPECT_FALSE(fs::exists(out) || fs::exists(out + ".tmp") || fs::exists(dir + "/out.json"));
+}
+
+}  // namespace
+}  // namespace tessera::test

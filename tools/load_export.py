@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Load a `tessera export` into plain PyTorch modules and evaluate it.
+
+    tools/load_export.py eval EXPORT [--data FILE] [--split NAME] [--expect-loss X] [--rtol 1e-5]
+    tools/load_export.py hf-generate DIR --prompt TEXT [--tokens N]
+
+`eval` reads EXPORT (a .safetensors file, or a .pt state_dict loaded with weights_only=True) and
+the JSON `tessera export` wrote beside it (same path, .json), builds the model as ordinary
+torch.nn modules whose parameter names are the export's (load_state_dict(strict=True) checks
+every name and shape), and computes the loss `tessera eval` prints on the same split of the same
+data: the mean cross-entropy (or squared error) over the samples; for a gpt the mean over windows
+of `context` tokens of the next-token cross-entropy at every position. The arithmetic is float64.
+With --expect-loss it exits 1 unless |loss - X| <= rtol * |X|.
+
+`hf-generate` loads a `tessera export --hf-gpt2` directory with Hugging Face transformers'
+GPT2LMHeadModel (not needed by anything else here) and prints the greedy continuation of a
+prompt of bytes, as `tessera generate --temperature 0` does.
+
+Needs PyTorch (Debian: python3-torch), numpy and h5py; nothing else.
+"""
+import argparse
+import json
+import struct
+import sys
+import tomllib
+from collections import OrderedDict
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+# --- Reading an export -------------------------------------------------------------------------
+
+_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16}
+
+
+def read_safetensors(path):
+    """The tensors (name -> float32 torch tensor) and __metadata__ of a safetensors file."""
+    blob = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    metadata = header.pop("__metadata__", {})
+    data = memoryview(blob)[8 + n:]
+    tensors = OrderedDict()
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        raw = data[begin:end]
+        if entry["dtype"] == "BF16":  # the top half of a float32
+            bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+            values = bits.view(np.float32)
+        else:
+            values = np.frombuffer(raw, dtype=np.dtype(_DTYPES[entry["dtype"]]).newbyteorder("<"))
+        tensors[name] = torch.from_numpy(values.astype(np.float32).reshape(entry["shape"]))
+    return tensors, metadata
+
+
+def load_export(path):
+    """(state_dict of the model's parameters, optimizer state by name, config) of an export."""
+    path = Path(path)
+    config = json.loads(path.with_suffix(".json").read_text())
+    if path.suffix == ".pt":
+        tensors = torch.load(path, weights_only=True)
+    else:
+        tensors, _ = read_safetensors(path)
+    model = OrderedDict((k, v) for k, v in tensors.items() if not k.startswith("optimizer/"))
+    optimizer = OrderedDict((k, v) for k, v in tensors.items() if k.startswith("optimizer/"))
+    return model, optimizer, config
+
+
+# --- The models, as PyTorch modules with Tessera's parameter names -----------------------------
+
+def activation(config):
+    if config["activation"] == "gelu":
+        return nn.GELU(approximate=config.get("gelu_approximate", "none"))
+    return nn.ReLU()
+
+
+class Mlp(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        widths = [c["in_features"]] + c["hidden"] + [c["outputs"]]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+        self.act = activation(c)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i + 1 < len(self.layers):
+                x = self.act(x)
+        return x
+
+
+class Cnn(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        channels = [c["in_channels"]] + c["channels"]
+        k = c["kernel"]
+        self.convs = nn.ModuleList(nn.Conv2d(a, b, k, padding=k // 2) for a, b in zip(channels, channels[1:]))
+        widths = [c["tensors"]["fc.0.weight"][1]] + c["hidden"] + [c["outputs"]]
+        self.fc = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+
+    def forward(self, x):
+        if x.dim() == 3:  # [N, H, W]: one channel
+            x = x.unsqueeze(1)
+        for conv in self.convs:
+            x = F.max_pool2d(F.relu(conv(x)), 2)
+        x = x.flatten(1)  # C, H, W order
+        for i, layer in enumerate(self.fc):
+            x = layer(x)
+            if i + 1 < len(self.fc):
+                x = F.relu(x)
+        return x
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        width, self.heads = c["width"], c["heads"]
+        self.qkv = nn.Linear(width, 3 * width)  # q, k, v rows stacked
+        self.proj = nn.Linear(width, width)
+        self.scale = c["attention_scale"]
+
+    def forward(self, x):
+        b, t, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=2)
+        q, k, v = (z.view(b, t, self.heads, width // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) * self.scale
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+        y = scores.softmax(dim=-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, width))
+
+
+class MlpBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.fc = nn.Linear(c["width"], c["mlp_hidden"])
+        self.proj = nn.Linear(c["mlp_hidden"], c["width"])
+        self.act = activation(c)
+
+    def forward(self, x):
+        return self.proj(self.act(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        eps = c["layer_norm_eps"]
+        self.ln_1 = nn.LayerNorm(c["width"], eps=eps)
+        self.attn = Attention(c)
+        self.ln_2 = nn.LayerNorm(c["width"], eps=eps)
+        self.mlp = MlpBlock(c)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Gpt(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.wte = nn.Embedding(c["vocab_size"], c["width"])
+        self.wpe = nn.Embedding(c["context"], c["width"])
+        self.blocks = nn.ModuleList(Block(c) for _ in range(c["layers"]))
+        self.ln_f = nn.LayerNorm(c["width"], eps=c["layer_norm_eps"])
+
+    def forward(self, tokens):
+        x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1], device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.T  # the head is tied to wte
+
+
+MODELS = {"mlp": Mlp, "cnn": Cnn, "gpt": Gpt}
+
+
+def build(state, config):
+    """The export's model as a float64 torch module; every name and shape must match."""
+    model = MODELS[config["kind"]](config).double()
+    model.load_state_dict(OrderedDict((k, v.double()) for k, v in state.items()), strict=True)
+    return model.eval()
+
+
+# --- Evaluating as `tessera eval` does ----------------------------------------------------------
+
+def deck_data(config, data, split):
+    deck = tomllib.loads(config["deck"])
+    return data or deck["data"]["path"], split or deck["data"]["test_split"]
+
+
+def supervised_loss(model, group, batch):
+    inputs = group["inputs"]
+    scale = np.float32(inputs.attrs.get("scale", 1.0))
+    offset = np.float32(inputs.attrs.get("offset", 0.0))
+    labels = group["labels"][()].astype(np.int64) if "labels" in group else None
+    targets = group["targets"][()] if "targets" in group else None
+    total, n = 0.0, inputs.shape[0]
+    for begin in range(0, n, batch):
+        x = inputs[begin:begin + batch].astype(np.float32) * scale + offset  # float32, as Tessera maps
+        out = model(torch.from_numpy(x.astype(np.float64)))
+        if labels is not None:
+            y = torch.from_numpy(labels[begin:begin + batch])
+            total += F.cross_entropy(out, y, reduction="sum").item()
+        else:
+            t = torch.from_numpy(targets[begin:begin + batch].astype(np.float64)).reshape(out.shape)
+            total += ((out - t) ** 2).mean(dim=1).sum().item()
+    return total / n, n
+
+
+def token_loss(model, group, context, batch):
+    tokens = group["tokens"][()].astype(np.int64)
+    windows = (len(tokens) - 1) // context  # sample s: tokens [sT, sT + T), labels one later
+    x = torch.from_numpy(tokens[:windows * context].reshape(windows, context))
+    y = torch.from_numpy(tokens[1:windows * context + 1].reshape(windows, context))
+    total = 0.0
+    for begin in range(0, windows, batch):
+        logits = model(x[begin:begin + batch])
+        per_window = F.cross_entropy(logits.transpose(1, 2), y[begin:begin + batch], reduction="none").mean(dim=1)
+        total += per_window.sum().item()
+    return total / windows, windows
+
+
+def evaluate(args):
+    state, _, config = load_export(args.export)
+    model = build(state, config)
+    data, split = deck_data(config, args.data, args.split)
+    with torch.no_grad(), h5py.File(data, "r") as f:
+        group = f[split]
+        if config["kind"] == "gpt":
+            loss, n = token_loss(model, group, config["context"], args.batch)
+            what = f"windows of {config['context']} tokens; loss per token"
+        else:
+            loss, n = supervised_loss(model, group, args.batch)
+            what = "samples"
+    print(f"{args.export}: loss {loss:.9g} on {data} /{split} ({n} {what})")
+    if args.expect_loss is not None:
+        rel = abs(loss - args.expect_loss) / max(abs(args.expect_loss), 1e-30)
+        print(f"tessera eval said {args.expect_loss:.9g}: relative difference {rel:.3g} (tolerance {args.rtol:g})")
+        if not rel <= args.rtol:
+            return 1
+    return 0
+
+
+def hf_generate(args):
+    from transformers import GPT2LMHeadModel  # only here: nothing else needs transformers
+
+    model = GPT2LMHeadModel.from_pretrained(args.dir).eval()
+    context = model.config.n_positions
+    tokens = list(args.prompt.encode("utf-8"))
+    with torch.no_grad():
+        for _ in range(args.tokens):  # greedy, the last `context` tokens, as tessera generate
+            window = torch.tensor([tokens[-context:]])
+            tokens.append(int(model(window).logits[0, -1].argmax()))
+    sys.stdout.write(bytes(tokens).decode("utf-8", errors="replace") + "\n")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("eval", help="evaluate an export as tessera eval does")
+    e.add_argument("export", help=".safetensors or .pt written by tessera export (its .json beside it)")
+    e.add_argument("--data", help="dataset (default: the deck's data.path)")
+    e.add_argument("--split", help="split (default: the deck's data.test_split)")
+    e.add_argument("--batch", type=int, default=256, help="samples per forward")
+    e.add_argument("--expect-loss", type=float, help="the loss tessera eval printed")
+    e.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance for --expect-loss")
+    g = sub.add_parser("hf-generate", help="greedy text from a --hf-gpt2 export with transformers")
+    g.add_argument("dir", help="directory written by tessera export --hf-gpt2")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--tokens", type=int, default=50)
+    args = parser.parse_args()
+    return evaluate(args) if args.command == "eval" else hf_generate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
