@@ -16,6 +16,7 @@ packages=(
   dataset-fashion-mnist bible-kjv bible-kjv-text python3-h5py python3-numpy python3-matplotlib
   python3-h5py-mpi python3-mpi4py  # tools/plot_checkpoints.py --parallel (MPI-IO under mpirun)
   shellcheck munge slurmctld slurmd slurm-client  # tests/slurm: job scripts under a private Slurm
+  clang libclang-rt-14-dev  # tests/fuzz/run_fuzzers.sh: libFuzzer targets (docs/robustness.md)
 )
 missing=()
 for p in "${packages[@]}"; do
