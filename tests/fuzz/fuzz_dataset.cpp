@@ -33,7 +33,8 @@ struct Values {
 
   bool operator==(const Values& o) const {
     const auto same = [](const auto& a, const auto& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+      return a.size() == b.size() &&
+             (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
     };
     return same(inputs, o.inputs) && same(targets, o.targets) && same(labels, o.labels);
   }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <typeinfo>
+#include <vector>
 
 namespace tessera::fuzz {
 
@@ -71,6 +73,19 @@ void start(int* argc, char*** argv, bool kokkos, void (*on_exit)()) {
 }
 
 void finding(std::string_view target, const std::string& what) {
+  static const std::vector<std::string> ignored = [] {
+    std::vector<std::string> texts;
+    const char* env = std::getenv("TESSERA_FUZZ_IGNORE");
+    std::string list = env != nullptr ? env : "";
+    for (std::size_t begin = 0; begin < list.size();) {
+      const std::size_t end = std::min(list.find('|', begin), list.size());
+      if (end > begin) texts.push_back(list.substr(begin, end - begin));
+      begin = end + 1;
+    }
+    return texts;
+  }();
+  for (const std::string& text : ignored)
+    if (what.find(text) != std::string::npos) throw IgnoredFinding{};
   std::fprintf(stderr, "fuzz finding: %.*s: %s\n", static_cast<int>(target.size()), target.data(),
                what.c_str());
   std::fflush(stderr);

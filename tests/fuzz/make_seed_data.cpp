@@ -3,7 +3,8 @@
 //   tessera_fuzz_seed_data DIR [TRAIN TEST]
 //     -> DIR/supervised.h5 (labels, the shape of seed_data.hpp, TRAIN and TEST samples, by default
 //        those of seed_data.hpp; the checkpoint seed trains on it), DIR/regression.h5 (targets),
-//        DIR/deck.dict (libFuzzer dictionary of the deck's names).
+//        DIR/deck.dict (libFuzzer dictionary of the deck's names), DIR/all_keys.toml (every key at
+//        its default, for the deck seeds: mutations then reach every value).
 // tests/robustness/test_damage.py writes a larger supervised.h5 with it.
 #include <mpi.h>
 
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
     write_supervised(std::string(argv[1]) + "/supervised.h5", train, test);
     write_regression(std::string(argv[1]) + "/regression.h5");
     write_deck_dictionary(std::string(argv[1]) + "/deck.dict");
+    std::ofstream(std::string(argv[1]) + "/all_keys.toml") << to_toml(Config{});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tessera_fuzz_seed_data: %s\n", e.what());
     code = 1;

@@ -49,6 +49,8 @@ for deck in inputs/*.toml tests/integration/*.toml; do
   esac
 done
 deck_seed seed_mlp '\x00\x01\x02\x00\x02\x00\x17\x00' tests/fuzz/seed_mlp.toml
+deck_seed all_keys "$fmnist_2d" "$work/all_keys.toml"
+deck_seed all_keys_gpt "$text" "$work/all_keys.toml" 'model.kind=gpt'
 deck_seed mlp_flat_4ranks '\x03\x00\x0f\x03\x09\x00\x5f\xea' tests/integration/mlp_test.toml \
   $'parallel.data=2\nparallel.tensor=2\nparallel.zero=1\nparallel.micro_batches=2\noptimizer.kind="adamw"'
 deck_seed mlp_targets '\x00\x02\x07\x00\x02\x00\x63\x00' tests/integration/mlp_test.toml $'model.loss=mse\ntrain.global_batch=10'
