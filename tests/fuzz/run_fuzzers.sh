@@ -2,7 +2,7 @@
 # Builds the fuzz targets with clang and libFuzzer (TESSERA_FUZZ=ON) and runs each for a bounded
 # time, starting from its seeds and regression cases (docs/robustness.md). Fails when a target
 # finds a crash, a sanitizer report, a finding of its own, a slow input or an out-of-memory; the
-# reproducers are kept under BUILD/findings/<target>/ and named at the end.
+# reproducers are kept under BUILD/findings/<target>/, listed, and grouped by report (triage.sh).
 #   tests/fuzz/run_fuzzers.sh [SECONDS_PER_TARGET [TARGET...]]    (default: 40 s; deck dataset checkpoint)
 # Environment: TESSERA_FUZZ_BUILD (build-fuzz), TESSERA_FUZZ_TIMEOUT (seconds one input may take:
 # 3 for a deck, 10 for an HDF5 file), TESSERA_FUZZ_RSS_MB (2048), TESSERA_FUZZ_JOBS (parallel
@@ -50,7 +50,8 @@ for t in "${targets[@]}"; do
     echo "fuzz_$t: FOUND $found input(s) that break the promise (exit $rc); reproduce one with"
     echo "  $build/tests/fuzz/fuzz_$t FILE   or   build/tests/fuzz/fuzz_replay_$t FILE"
     find "$findings" -type f | sed 's/^/  /'
-    grep -E '^(fuzz finding|==[0-9]+==ERROR|SUMMARY|.*runtime error)' "$log" | sort | uniq -c | head -20 || true
+    echo "fuzz_$t: the findings grouped by report (tests/fuzz/triage.sh):"
+    tests/fuzz/triage.sh "$t" || true
   fi
 done
 printf '%s\n' "${summary[@]}"

@@ -4,6 +4,8 @@
 # a timeout or an out-of-memory with the innermost frame in Tessera's code), with how many inputs
 # gave it and the smallest of them (docs/robustness.md).
 #   tests/fuzz/triage.sh TARGET [FILE_OR_DIR...]   (default: build-fuzz/findings/TARGET)
+# Environment: TESSERA_FUZZ_TIMEOUT (seconds before an input counts as a hang, 10),
+# TESSERA_FUZZ_IGNORE (as for the targets).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 target=$1
@@ -33,7 +35,7 @@ declare -A count smallest size
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 while IFS= read -r -d '' file; do
-  timeout 120 "$build/tests/fuzz/fuzz_$target" -timeout=30 "$file" >"$tmp" 2>&1 || true
+  timeout 120 "$build/tests/fuzz/fuzz_$target" -timeout="${TESSERA_FUZZ_TIMEOUT:-10}" "$file" >"$tmp" 2>&1 || true
   key=$(report_key "$tmp")
   bytes=$(stat -c %s "$file")
   count[$key]=$((${count[$key]:-0} + 1))
