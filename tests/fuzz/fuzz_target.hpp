@@ -8,9 +8,9 @@
 // test (replay_main.cpp) fails on it.
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
-#include <exception>
 
 #include "core/error.hpp"
 
