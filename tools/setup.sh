@@ -18,6 +18,7 @@ packages=(
   python3-h5py-mpi python3-mpi4py  # tools/plot_checkpoints.py --parallel (MPI-IO under mpirun)
   shellcheck munge slurmctld slurmd slurm-client  # tests/slurm: job scripts under a private Slurm
   iproute2 procps util-linux  # tests/cluster: nodes as network namespaces (ip, tc, nsenter, ps)
+  clang libclang-rt-14-dev  # tests/fuzz/run_fuzzers.sh: libFuzzer targets (docs/robustness.md)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # From a fresh clone: install, build (Release, CUDA wrappers on where the toolkit exists) and run
-# the whole test suite; then the whole suite again under AddressSanitizer + UBSan (Debug).
+# the whole test suite; then the whole suite again under AddressSanitizer + UBSan (Debug); then each
+# fuzz target for a bounded time (TESSERA_FUZZ_SECONDS per target, default 40; 0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh build -DTESSERA_WERROR=ON
@@ -18,4 +19,10 @@ if [[ ${TESSERA_SKIP_SANITIZERS:-0} != 1 ]]; then
   exclude=()
   [[ ${TESSERA_SANITIZE_CLUSTER:-0} == 1 ]] || exclude=(-LE cluster)
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure --timeout 900 -j 2 "${exclude[@]}"
+fi
+# The fuzz targets from their seeds and regression cases; a finding fails CI and is kept under
+# build-fuzz/findings/ (docs/robustness.md).
+fuzz_seconds=${TESSERA_FUZZ_SECONDS:-40}
+if ((fuzz_seconds > 0)); then
+  tests/fuzz/run_fuzzers.sh "$fuzz_seconds"
 fi
