@@ -41,6 +41,9 @@ work=$unpack/work
 step_timeout=${STEP_TIMEOUT:-540}
 
 die() { echo "run_on_device: error: $*" >&2; exit 2; }
+# PyTorch runs with the machine's own libraries: without the bundle's in front of them.
+machine_env=(env -u LD_LIBRARY_PATH)
+[[ -n ${LD_LIBRARY_PATH:-} ]] && machine_env+=("LD_LIBRARY_PATH=$LD_LIBRARY_PATH")
 manifest() { sed -n "s/^$1=//p" "$B/MANIFEST"; }
 
 # \brief Unpack the archives of the bundle that this call carried, each once per machine:
@@ -169,7 +172,7 @@ step_info() {
     "$TESSERA" --version
     ompi_info | head -n 12
     mpirun -n 2 hostname
-    python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", torch.cuda.nccl.version(), torch.cuda.get_device_name())'
+    "${machine_env[@]}" python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", torch.cuda.nccl.version(), torch.cuda.get_device_name())'
     command -v nvcc > /dev/null && nvcc --version | tail -n 2
     command -v ctest > /dev/null && ctest --version | head -n 1
   } 2>&1 | tee -a "$log"
@@ -279,11 +282,11 @@ PY
     [[ $v == none ]] && continue
     flags=(--sdpa --amp bf16)
     [[ $v == compile ]] && flags+=(--compile)
-    logged "$log" env PYTHONUNBUFFERED=1 python3 "$here/gpt_torch.py" --data "$B/data/corpus-small.txt" \
+    logged "$log" "${machine_env[@]}" PYTHONUNBUFFERED=1 python3 "$here/gpt_torch.py" --data "$B/data/corpus-small.txt" \
       --layers "$L" --heads "$H" --embd "$C" --block "$T" --batch "$batch" --steps "$steps" "${flags[@]}" \
       --device "${TORCH_DEVICE:-cuda}" --csv "$csv"
   done
-  column -s, -t < "$csv" | tee -a "$log"
+  { column -s, -t < "$csv" 2> /dev/null || cat "$csv"; } | tee -a "$log"
 }
 
 [[ $# -ge 1 ]] || die "usage: tools/gpu/run_on_device.sh info|ctest|correctness|bench-comm|gpt|all ..."
