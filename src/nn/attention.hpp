@@ -15,6 +15,9 @@ namespace tessera::nn {
 /// keeps the GEMM attention.
 inline constexpr bool fused_attention = !Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
 
+/// The widest head (model.width / model.heads) the fused attention takes (kernels/flash_attention.hpp).
+inline constexpr int fused_attention_max_head_width = 128;
+
 /// The last extent of att and dscores for the attention of this build: T (the probabilities and
 /// their gradients), or 1 (the fused attention's per-row statistics).
 inline std::size_t attention_scores_width(std::size_t seq) { return fused_attention ? 1 : seq; }

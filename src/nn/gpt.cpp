@@ -7,6 +7,7 @@
 #include <string>
 
 #include "blas/gemm.hpp"
+#include "core/error.hpp"
 #include "core/memory.hpp"
 #include "kernels/activation.hpp"
 #include "kernels/bias.hpp"
@@ -57,6 +58,10 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
                                             "and the vocabulary of {}", tp, shape_.heads, shape_.vocab));
   if (tp > 1 && !part_.tensor_sum)
     throw std::invalid_argument("tessera::nn::Gpt: tensor parallelism needs a tensor_sum");
+  if (fused_attention && C / shape_.heads > fused_attention_max_head_width)
+    throw InputError(fmt::format("model.width: {} / model.heads = {} wide heads; the fused attention of a "
+                                 "GPU build takes heads up to {} wide: set more model.heads",
+                                 C, C / shape_.heads, fused_attention_max_head_width));
   heads_local_ = shape_.heads / tp;
   vocab_local_ = shape_.vocab / tp;
   vocab_first_ = t * vocab_local_;

@@ -13,7 +13,10 @@
 #include "kernel_test_util.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/flash_attention.hpp"
+#include "core/error.hpp"
 #include "nn/attention.hpp"
+#include "nn/gpt.hpp"
+#include "nn/param_store.hpp"
 
 namespace {
 
@@ -114,6 +117,23 @@ TEST(FusedAttentionShapes, AreChecked) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("head width 160 (model.width / model.heads) exceeds 128"), std::string::npos)
         << e.what();
+  }
+}
+
+// A deck whose heads are too wide for the fused kernels is bad input on a GPU build (exit 2 with
+// the key), not an internal error at the first step; the host's GEMM attention takes any width.
+TEST(FusedAttentionShapes, AGptWithHeadsWiderThan128IsAnInputErrorOnlyWhereItIsFused) {
+  nn::ParamStore<float> store;
+  const nn::GptShape wide{16, 4, 272, 2, 1};  // vocab 16, context 4, width 272, 2 heads of 136, 1 block
+  if (!nn::fused_attention) {
+    EXPECT_NO_THROW(nn::Gpt<float>(store, wide));
+    return;
+  }
+  try {
+    nn::Gpt<float> gpt(store, wide);
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("model.width: 272 / model.heads = 136 wide heads", 0), 0u) << e.what();
   }
 }
 
