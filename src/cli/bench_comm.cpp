@@ -21,6 +21,7 @@
 #include "comm/agree.hpp"
 #include "comm/communicator.hpp"
 #include "comm/device_memory.hpp"
+#include "comm/device_sharing.hpp"
 #include "core/deck.hpp"
 #include "core/deck_schema.hpp"
 #include "core/error.hpp"
@@ -113,7 +114,7 @@ std::vector<CommBackend> parse_backends(const std::string& s) {
 
 /// The targets this machine can run, in table order; the others go to `skipped` with the reason.
 std::vector<Target> plan_targets(const std::vector<CommBackend>& wanted, bool devices, bool cuda_aware,
-                                 std::vector<std::string>& skipped) {
+                                 const DeviceSharing& sharing, std::vector<std::string>& skipped) {
   const auto want = [&](CommBackend b) { return std::find(wanted.begin(), wanted.end(), b) != wanted.end(); };
   std::vector<Target> out;
   for (const CommBackend b : {CommBackend::mpi, CommBackend::staged})
@@ -124,6 +125,8 @@ std::vector<Target> plan_targets(const std::vector<CommBackend>& wanted, bool de
     std::string why;
     if (!devices) why = build::cuda ? "no CUDA device visible on every rank" : "built without CUDA";
     else if (b == CommBackend::nccl && !build::nccl) why = "built without NCCL";
+    else if (b == CommBackend::nccl && sharing.shared())
+      why = fmt::format("up to {} ranks share a GPU; NCCL needs one per rank", sharing.ranks_per_device);
     else if (b == CommBackend::cuda_aware_mpi && !cuda_aware) why = "the MPI library does not say it is CUDA-aware";
     if (why.empty()) out.push_back(t);
     else skipped.push_back(fmt::format("{} ({})", t.label(), why));
@@ -224,7 +227,8 @@ int bench_comm(const BenchCommArgs& args) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &devices, 1, MPI_INT, MPI_MIN, world.handle()));
   const MpiCudaSupport& mpi = world.mpi_cuda_support();
   std::vector<std::string> skipped;
-  const auto targets = plan_targets(backends, devices > 0, mpi.cuda_aware(), skipped);
+  const DeviceSharing sharing = devices > 0 ? comm::detect_device_sharing(world.handle()) : DeviceSharing{};
+  const auto targets = plan_targets(backends, devices > 0, mpi.cuda_aware(), sharing, skipped);
   if (world.is_root()) {
     fmt::print("MPI: {}; CUDA-aware: {} ({})\n", mpi.library, to_string(mpi.run_time), mpi.why);
     fmt::print("CUDA devices visible: {}; built with CUDA: {}, NCCL: {}\n", devices, build::cuda, build::nccl);

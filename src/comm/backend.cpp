@@ -17,23 +17,25 @@ std::string mpi_says(const MpiCudaSupport& mpi) {
   return fmt::format("MPI CUDA-aware: {} ({})", to_string(mpi.run_time), mpi.why);
 }
 
+std::string shared_gpus(const DeviceSharing& sharing) {
+  return fmt::format("up to {} ranks of a node share one GPU", sharing.ranks_per_device);
+}
+
 /// comm.backend = "auto" on device buffers.
 CommBackend automatic_device(const CommConfig& cfg, const MpiCudaSupport& mpi, const BuildCaps& caps,
-                             std::string& reason) {
+                             const DeviceSharing& sharing, std::string& reason) {
   if (cfg.allreduce != AllreduceAlgorithm::mpi) {
     reason = fmt::format("comm.allreduce = \"{}\" adds on the host", to_string(cfg.allreduce));
     return CommBackend::staged;
   }
-  if (caps.nccl) {
+  if (caps.nccl && !sharing.shared()) {
     reason = "built with NCCL";
     return CommBackend::nccl;
   }
-  if (mpi.cuda_aware()) {
-    reason = fmt::format("not built with NCCL; {}", mpi_says(mpi));
-    return CommBackend::cuda_aware_mpi;
-  }
-  reason = fmt::format("not built with NCCL; {}", mpi_says(mpi));
-  return CommBackend::staged;
+  const std::string why_not_nccl =
+      caps.nccl ? fmt::format("{} and NCCL needs one per rank", shared_gpus(sharing)) : "not built with NCCL";
+  reason = fmt::format("{}; {}", why_not_nccl, mpi_says(mpi));
+  return mpi.cuda_aware() ? CommBackend::cuda_aware_mpi : CommBackend::staged;
 }
 
 }  // namespace
@@ -41,7 +43,7 @@ CommBackend automatic_device(const CommConfig& cfg, const MpiCudaSupport& mpi, c
 const char* to_string(BufferSpace s) { return s == BufferSpace::device ? "device" : "host"; }
 
 BackendPlan resolve_backend(const CommConfig& cfg, BufferSpace buffers, const MpiCudaSupport& mpi,
-                            const BuildCaps& caps) {
+                            const BuildCaps& caps, const DeviceSharing& sharing) {
   BackendPlan plan;
   plan.requested = cfg.backend;
   plan.buffers = buffers;
@@ -52,7 +54,7 @@ BackendPlan resolve_backend(const CommConfig& cfg, BufferSpace buffers, const Mp
   switch (cfg.backend) {
     case CommBackend::automatic:
       plan.host = CommBackend::mpi;
-      plan.device = automatic_device(cfg, mpi, caps, plan.reason);
+      plan.device = automatic_device(cfg, mpi, caps, sharing, plan.reason);
       if (!on_device) plan.reason = "buffers in host memory";
       break;
     case CommBackend::mpi:
@@ -98,6 +100,11 @@ BackendPlan resolve_backend(const CommConfig& cfg, BufferSpace buffers, const Mp
         refuse("comm.backend", "\"nccl\" takes device memory, but this build keeps its buffers in host "
                                "memory (a Serial/OpenMP Kokkos); allowed here: \"auto\", \"mpi\", "
                                "\"staged\"");
+      if (sharing.shared())
+        refuse("comm.backend", fmt::format("\"nccl\" needs a GPU of its own for every rank, but {}; "
+                                           "start one rank per GPU, or set comm.backend = \"staged\" "
+                                           "or \"auto\"",
+                                           shared_gpus(sharing)));
       plan.host = CommBackend::mpi;
       plan.device = CommBackend::nccl;
       plan.reason = "requested";

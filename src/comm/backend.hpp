@@ -10,8 +10,9 @@
 //                   copy back: works with any MPI
 //   nccl            NCCL communicators, one per group, created on first use
 //   auto            host memory: mpi. Device memory: staged when comm.allreduce is ring or
-//                   parameter-server; else nccl if built, else cuda-aware-mpi if the MPI
-//                   library's run-time query says yes, else staged.
+//                   parameter-server; else nccl if built and every rank has a GPU of its own,
+//                   else cuda-aware-mpi if the MPI library's run-time query says yes, else
+//                   staged.
 #include <string>
 
 #include "comm/mpi_cuda_support.hpp"
@@ -28,6 +29,13 @@ enum class BufferSpace { host, device };
 struct BuildCaps {
   bool cuda = build::cuda;
   bool nccl = build::nccl;
+};
+
+/// Whether ranks of one node run on the same GPU (comm/device_sharing.hpp): NCCL refuses two
+/// ranks on one device, so "auto" does not pick it then and "nccl" is refused.
+struct DeviceSharing {
+  int ranks_per_device = 1;  ///< the most ranks of any node on one device (1: none shared)
+  bool shared() const { return ranks_per_device > 1; }
 };
 
 struct BackendPlan {
@@ -49,9 +57,9 @@ struct BackendPlan {
 /// (or comm.allreduce) for a choice this build, this memory or this MPI cannot serve:
 /// nccl without NCCL built, nccl on host buffers, nccl with ring/parameter-server, mpi on device
 /// buffers, cuda-aware-mpi on device buffers where MPI says it is not CUDA-aware or with
-/// ring/parameter-server.
+/// ring/parameter-server, nccl on device buffers where ranks share a GPU (`sharing`).
 BackendPlan resolve_backend(const CommConfig& cfg, BufferSpace buffers, const MpiCudaSupport& mpi,
-                            const BuildCaps& caps = {});
+                            const BuildCaps& caps = {}, const DeviceSharing& sharing = {});
 
 /// "host", "device".
 const char* to_string(BufferSpace s);

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "comm/device_memory.hpp"
+#include "comm/device_sharing.hpp"
 #include "comm/mpi_type.hpp"
 #include "comm/nccl_comm.hpp"
 #include "comm/parameter_server.hpp"
@@ -46,7 +47,10 @@ Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp, const CommCon
   set_allreduce(comm.allreduce, static_cast<std::size_t>(comm.ring_segment_kb) * 1024);
   // Choose the backend before any communicator exists: a refusal is the same on every rank.
   mpi_cuda_.run_time = weakest_answer(mpi_cuda_.run_time, world);
-  plan_ = resolve_backend(comm, buffers, mpi_cuda_);
+  // Which ranks share a GPU matters only to device buffers (NCCL); host runs ask no device.
+  const DeviceSharing sharing =
+      buffers == BufferSpace::device ? comm::detect_device_sharing(world) : DeviceSharing{};
+  plan_ = resolve_backend(comm, buffers, mpi_cuda_, BuildCaps{}, sharing);
   device_pointers_possible_ = comm::device::count() > 0;
   if (plan_.main() == CommBackend::staged) staging_.reserve(1);  // pinned or not, for the log
   MPI_CHECK(MPI_Comm_dup(world, &world_));

@@ -11,6 +11,10 @@ namespace tessera::comm::device {
 /// \brief CUDA devices visible to this process; 0 (not an error) without CUDA, driver or device.
 int count();
 
+/// \brief The PCI bus id of this thread's current device ("0000:18:00.0"), the same string in
+/// every process that runs on that device; empty where count() is 0.
+std::string current_device_id();
+
 /// \brief Makes `device` (0 <= device < count()) current for this thread. A CUDA Kokkos picks
 /// the device itself; this is for code that runs without one (tests, tools).
 void select(int device);

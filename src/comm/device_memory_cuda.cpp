@@ -42,6 +42,15 @@ int count() {
   return devices;
 }
 
+std::string current_device_id() {
+  if (count() == 0) return {};
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  char bus[32] = {};
+  TESSERA_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, static_cast<int>(sizeof bus), device));
+  return bus;
+}
+
 void select(int device) { TESSERA_CUDA_CHECK(cudaSetDevice(device)); }
 
 bool is_device_pointer(const void* p) {

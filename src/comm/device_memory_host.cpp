@@ -10,6 +10,8 @@ namespace tessera::comm::device {
 
 int count() { return 0; }
 
+std::string current_device_id() { return {}; }
+
 void select(int) { throw std::runtime_error("tessera: no CUDA device in a build without CUDA"); }
 
 bool is_device_pointer(const void*) { return false; }

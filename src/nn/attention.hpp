@@ -10,6 +10,18 @@
 
 namespace tessera::nn {
 
+/// True where the GPT runs the fused attention below: a build whose memory the host cannot
+/// read (a GPU), where one GEMM per head and block of rows would cost a launch each. The host
+/// keeps the GEMM attention.
+inline constexpr bool fused_attention = !Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+
+/// The widest head (model.width / model.heads) the fused attention takes (kernels/flash_attention.hpp).
+inline constexpr int fused_attention_max_head_width = 128;
+
+/// The last extent of att and dscores for the attention of this build: T (the probabilities and
+/// their gradients), or 1 (the fused attention's per-row statistics).
+inline std::size_t attention_scores_width(std::size_t seq) { return fused_attention ? 1 : seq; }
+
 template <class T>
 using AttentionScores =
     Kokkos::View<T****, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
@@ -26,5 +38,19 @@ template <class T>
 void attention_backward(const ExecSpace& exec, const MatrixU<const T>& qkv,
                         const AttentionScores<T>& att, const MatrixU<const T>& dy,
                         const MatrixU<T>& dqkv, const AttentionScores<T>& dscores);
+
+/// \brief The fused attention (kernels/flash_attention.hpp, nn/fused_attention.cpp) behind the
+/// interface of attention_forward: y (B*T, C) from qkv (B*T, 3C); att is (B, heads, T, 1) and
+/// gets each row's log-sum-exp in place of the probabilities, so no (B, heads, T, T) memory.
+template <class T>
+void fused_attention_forward(const ExecSpace& exec, const MatrixU<const T>& qkv, const MatrixU<T>& y,
+                             const AttentionScores<T>& att);
+
+/// \brief Backward of fused_attention_forward, as attention_backward; dscores (B, heads, T, 1)
+/// is scratch.
+template <class T>
+void fused_attention_backward(const ExecSpace& exec, const MatrixU<const T>& qkv,
+                              const AttentionScores<T>& att, const MatrixU<const T>& dy,
+                              const MatrixU<T>& dqkv, const AttentionScores<T>& dscores);
 
 }  // namespace tessera::nn

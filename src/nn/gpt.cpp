@@ -7,6 +7,7 @@
 #include <string>
 
 #include "blas/gemm.hpp"
+#include "core/error.hpp"
 #include "core/memory.hpp"
 #include "kernels/activation.hpp"
 #include "kernels/bias.hpp"
@@ -57,6 +58,10 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
                                             "and the vocabulary of {}", tp, shape_.heads, shape_.vocab));
   if (tp > 1 && !part_.tensor_sum)
     throw std::invalid_argument("tessera::nn::Gpt: tensor parallelism needs a tensor_sum");
+  if (fused_attention && C / shape_.heads > fused_attention_max_head_width)
+    throw InputError(fmt::format("model.width: {} / model.heads = {} wide heads; the fused attention of a "
+                                 "GPU build takes heads up to {} wide: set more model.heads",
+                                 C, C / shape_.heads, fused_attention_max_head_width));
   heads_local_ = shape_.heads / tp;
   vocab_local_ = shape_.vocab / tp;
   vocab_first_ = t * vocab_local_;
@@ -139,7 +144,8 @@ typename Gpt<T>::Acts Gpt<T>::make_acts(const char* what) const {
   a.att = Att<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::" + w + ".att"),
                                     Kokkos::WithoutInitializing),
                  static_cast<std::size_t>(this->max_batch()), static_cast<std::size_t>(heads_local_),
-                 static_cast<std::size_t>(shape_.context), static_cast<std::size_t>(shape_.context));
+                 static_cast<std::size_t>(shape_.context),
+                 attention_scores_width(static_cast<std::size_t>(shape_.context)));
   return a;
 }
 
@@ -178,7 +184,7 @@ void Gpt<T>::add_slot() {
     dhf_ = alloc_matrix<T>("dhf", n, C);
     dscores_ = Att<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::dscores"),
                                          Kokkos::WithoutInitializing),
-                      B, static_cast<std::size_t>(heads_local_), Tn, Tn);
+                      B, static_cast<std::size_t>(heads_local_), Tn, attention_scores_width(Tn));
     xent_ = alloc_vector<T>("xent", n * static_cast<std::size_t>(2 * part_.tp + 1));
   }
 }
@@ -254,7 +260,8 @@ void Gpt<T>::block_forward(const ExecSpace& exec, const Block& b, const MatrixU<
                              head(a.mean1, tokens), head(a.rstd1, tokens));
   b.qkv.forward(exec, ln1, qkv, part_.tensor_sum);
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
-  attention_forward<T>(exec, qkv, y, att);
+  if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
+  else attention_forward<T>(exec, qkv, y, att);
   // The biases of proj, fc and mproj come in the kernels after their products (one pass
   // fewer over each output).
   b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
@@ -287,7 +294,8 @@ void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
   const AttU<T> ds(dscores_.data(), std::size_t(batch), dscores_.extent(1), dscores_.extent(2),
                    dscores_.extent(3));
-  attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
+  if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
+  else attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
   b.qkv.backward(exec, r(a.ln1), dqkv, dln, part_.tensor_sum);
   kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), head(a.mean1, tokens),
                               head(a.rstd1, tokens), dln, dres, store_->grad(b.ln1_w), store_->grad(b.ln1_b),

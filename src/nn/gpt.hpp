@@ -96,6 +96,8 @@ class Gpt : public Network<T> {
  private:
   // One block's saved tensors ((B*T) rows each, B = max batch): the input of each sub-layer
   // and what backward needs. fc holds mlp.fc's output until the GELU replaces it with gelu'.
+  // att: the attention probabilities (B, heads, T, T), or where the fused attention runs (a GPU
+  // build, nn/attention.hpp) each row's log-sum-exp (B, heads, T, 1).
   struct Acts {
     Matrix<T> ln1, qkv, y, x1, ln2, fc, h;
     Vector<T> mean1, rstd1, mean2, rstd2;

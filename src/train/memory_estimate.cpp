@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "nn/attention.hpp"
 #include "train/data_parallel.hpp"
 #include "train/trainer.hpp"
 
@@ -54,11 +55,13 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
   if (cfg.model.kind == ModelKind::gpt) {
     // Per token of a micro-batch in flight, per block: ln_1, x1, ln_2 and the block's output (C
     // each), qkv (3C/tp), y (C/tp), fc and gelu (4C/tp each), the attention probabilities
-    // (heads/tp x T), four row statistics; the head's logits and their gradient (2V/tp) and
+    // (heads/tp x T; heads/tp where a GPU build runs the fused attention), four row statistics;
+    // the head's logits and their gradient (2V/tp) and
     // ln_f. Recomputation keeps the block outputs only, plus one block's set shared by all.
     const std::int64_t C = cfg.model.width, T = cfg.model.context, tp = cfg.parallel.tensor;
     const std::int64_t L = cfg.model.layers / cfg.parallel.pipeline + (cfg.model.layers % cfg.parallel.pipeline ? 1 : 0);
-    const double block = static_cast<double>(3 * C + 12 * C / tp + cfg.model.heads / tp * T + 4);
+    const auto scores = static_cast<std::int64_t>(nn::attention_scores_width(static_cast<std::size_t>(T)));
+    const double block = static_cast<double>(3 * C + 12 * C / tp + cfg.model.heads / tp * scores + 4);
     const double per_token = static_cast<double>(L * C) + (cfg.train.recompute ? 0.0 : static_cast<double>(L) * block);
     const double tokens = rows * static_cast<double>(T);
     act = tokens * (per_token + static_cast<double>(2 * shape.outputs / tp + C)) +

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "comm/device_memory.hpp"
+#include "comm/device_sharing.hpp"
 #include "comm/nccl_comm.hpp"
 #include "core/deck.hpp"
 #include "mpi_test_util.hpp"
@@ -166,17 +168,49 @@ struct DeviceVector {
   }
 };
 
-/// Every rank has a device of its own (NCCL refuses two ranks on one device); selects it.
-bool one_device_per_rank(const Communicator& c) {
-  int node_rank = 0;
+/// Ranks of this rank's node, and this rank's place among them.
+std::pair<int, int> node_rank_and_size() {
+  int node_rank = 0, node_size = 1;
   MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c.rank(), MPI_INFO_NULL, &node);
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &node_rank);
+  MPI_Comm_size(node, &node_size);
   MPI_Comm_free(&node);
+  return {node_rank, node_size};
+}
+
+/// Every rank has a device of its own (NCCL refuses two ranks on one device); selects it.
+bool one_device_per_rank() {
+  const int node_rank = node_rank_and_size().first;
   int ok = node_rank < comm::device::count() ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (ok) comm::device::select(node_rank);
   return ok == 1;
+}
+
+// Ranks on one GPU (the device machine has one; Kokkos puts every rank of a node on device
+// local_rank % count): "auto" does not pick NCCL, which would fail in ncclCommInitRank, and
+// asking for it is refused on every rank.
+TEST(CommBackendOnDevice, RanksSharingAGpuAreToldApart) {
+  const DeviceSharing s = comm::detect_device_sharing(MPI_COMM_WORLD);
+  EXPECT_TRUE(same_everywhere(s.ranks_per_device));
+  if (comm::device::count() == 0) {
+    EXPECT_EQ(s.ranks_per_device, 1);
+    GTEST_SKIP() << "no CUDA device on this machine";
+  }
+  comm::device::select(0);
+  const int node_size = node_rank_and_size().second;
+  EXPECT_EQ(comm::detect_device_sharing(MPI_COMM_WORLD).ranks_per_device, node_size);
+  if (node_size == 1 || !build::nccl) return;
+  Communicator automatic(MPI_COMM_WORLD, world_size(), 1, 1, config(CommBackend::automatic, AllreduceAlgorithm::mpi),
+                         BufferSpace::device);
+  EXPECT_NE(automatic.backend().device, CommBackend::nccl) << automatic.describe_backend();
+  test::expect_input_error(
+      [] {
+        Communicator c(MPI_COMM_WORLD, world_size(), 1, 1, config(CommBackend::nccl, AllreduceAlgorithm::mpi),
+                       BufferSpace::device);
+      },
+      {"comm.backend: \"nccl\" needs a GPU of its own for every rank"});
 }
 
 TEST(CommBackendOnDevice, StagedAndCudaAwareEqualPlainOnHost) {
@@ -199,8 +233,8 @@ TEST(CommBackendOnDevice, StagedAndCudaAwareEqualPlainOnHost) {
 TEST(CommBackendOnDevice, NcclAllreduceReduceScatterAllgather) {
   if (!build::nccl || comm::device::count() == 0) GTEST_SKIP() << "no NCCL or no CUDA device";
   const int p = world_size();
+  if (!one_device_per_rank()) GTEST_SKIP() << "fewer CUDA devices than ranks on a node";
   Communicator c(MPI_COMM_WORLD, p, 1, 1, config(CommBackend::nccl, AllreduceAlgorithm::mpi), BufferSpace::device);
-  if (!one_device_per_rank(c)) GTEST_SKIP() << "fewer CUDA devices than ranks on a node";
   // Allreduce of small integers: exact in any order.
   const std::size_t n = 4096 * static_cast<std::size_t>(p);
   std::vector<double> mine(n);

@@ -36,9 +36,10 @@ CommConfig config(CommBackend backend, AllreduceAlgorithm algorithm = AllreduceA
 /// Expects resolve_backend to throw an InputError of one line, starting with `key`, holding
 /// every one of `parts`.
 void expect_refused(const CommConfig& c, BufferSpace b, const MpiCudaSupport& m, const BuildCaps& caps,
-                    const std::string& key, std::initializer_list<std::string> parts) {
+                    const std::string& key, std::initializer_list<std::string> parts,
+                    const DeviceSharing& sharing = {}) {
   try {
-    resolve_backend(c, b, m, caps);
+    resolve_backend(c, b, m, caps, sharing);
     ADD_FAILURE() << "no InputError";
   } catch (const InputError& e) {
     const std::string msg = e.what();
@@ -70,6 +71,34 @@ TEST(CommBackend, AutoOnDeviceMemoryPrefersNcclThenCudaAwareMpiThenStaging) {
   EXPECT_EQ(resolve_backend(a, kDevice, mpi(Answer::unknown), kCudaNoNccl).device, CommBackend::staged);
   // Small host buffers of a device run (loss sums) still go to MPI directly.
   EXPECT_EQ(resolve_backend(a, kDevice, mpi(Answer::no), kCudaNccl).host, CommBackend::mpi);
+}
+
+TEST(CommBackend, AutoSkipsNcclWhereRanksShareAGpu) {
+  const CommConfig a = config(CommBackend::automatic);
+  const DeviceSharing two{2}, own{1};
+  EXPECT_EQ(resolve_backend(a, kDevice, mpi(Answer::yes), kCudaNccl, own).device, CommBackend::nccl);
+  const BackendPlan staged = resolve_backend(a, kDevice, mpi(Answer::no), kCudaNccl, two);
+  EXPECT_EQ(staged.device, CommBackend::staged);
+  EXPECT_NE(staged.reason.find("up to 2 ranks of a node share one GPU"), std::string::npos) << staged.reason;
+  EXPECT_NE(staged.reason.find("MPI CUDA-aware: no"), std::string::npos) << staged.reason;
+  EXPECT_EQ(resolve_backend(a, kDevice, mpi(Answer::yes), kCudaNccl, two).device, CommBackend::cuda_aware_mpi);
+  // Host buffers never ask.
+  EXPECT_EQ(resolve_backend(a, kHost, mpi(Answer::no), kCudaNccl, two).main(), CommBackend::mpi);
+}
+
+TEST(CommBackend, NcclIsRefusedWhereRanksShareAGpu) {
+  expect_refused(config(CommBackend::nccl), kDevice, mpi(Answer::yes), kCudaNccl, "comm.backend",
+                 {"\"nccl\" needs a GPU of its own for every rank", "up to 4 ranks of a node share one GPU",
+                  "\"staged\""},
+                 DeviceSharing{4});
+  // Staged and CUDA-aware MPI do not mind.
+  EXPECT_EQ(resolve_backend(config(CommBackend::staged), kDevice, mpi(Answer::no), kCudaNccl, DeviceSharing{4})
+                .device,
+            CommBackend::staged);
+  EXPECT_EQ(resolve_backend(config(CommBackend::cuda_aware_mpi), kDevice, mpi(Answer::yes), kCudaNccl,
+                            DeviceSharing{4})
+                .device,
+            CommBackend::cuda_aware_mpi);
 }
 
 TEST(CommBackend, AutoStagesWhenTheAlgorithmAddsOnTheHost) {
