@@ -437,6 +437,7 @@ std::vector<std::uint64_t> CheckpointFile::shape(const std::string& dataset_path
   h5::Dataset dataset(TESSERA_H5(H5Dopen2(impl_->file, dataset_path.c_str(), H5P_DEFAULT)));
   std::vector<hsize_t> dims = h5::dims(dataset);
   if (dims.empty()) h5::fail_with("a scalar, expected a tensor of rank >= 1");
+  h5::check_storage(dataset, dataset_path);  // no buffer is sized by a shape the file does not hold
   return {dims.begin(), dims.end()};
 }
 
@@ -485,7 +486,7 @@ void CheckpointFile::read(const std::string& dataset_path, std::span<const std::
     std::vector<std::uint64_t> dims = shape(dataset_path);
     dataset = h5::Dataset(TESSERA_H5(H5Dopen2(impl_->file, dataset_path.c_str(), H5P_DEFAULT)));
     h5::Datatype type(TESSERA_H5(H5Dget_type(dataset)));
-    if (H5Tget_class(type) != H5T_FLOAT) {
+    if (!h5::is_ieee_float(type)) {
       throw InputError(fmt::format("{}: dataset {} has type {}, expected float32", impl_->path,
                                    dataset_path, h5::type_name(type)));
     }
@@ -517,7 +518,7 @@ void CheckpointFile::read_elements(const std::string& dataset_path,
     dims = shape(dataset_path);
     dataset = h5::Dataset(TESSERA_H5(H5Dopen2(impl_->file, dataset_path.c_str(), H5P_DEFAULT)));
     h5::Datatype type(TESSERA_H5(H5Dget_type(dataset)));
-    if (H5Tget_class(type) != H5T_FLOAT)
+    if (!h5::is_ieee_float(type))
       throw InputError(fmt::format("{}: dataset {} has type {}, expected float32", impl_->path,
                                    dataset_path, h5::type_name(type)));
     bool fits = offset.size() == dims.size() && count.size() == dims.size() && first <= last &&

@@ -42,7 +42,7 @@ std::optional<IntegerType> integer_type(hid_t file_type) {
   }
 }
 
-bool is_float32(hid_t type) { return H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4; }
+bool is_float32(hid_t type) { return h5::is_ieee_float(type) && H5Tget_size(type) == 4; }
 
 bool is_uint8(hid_t type) {
   return H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 1 &&

@@ -349,13 +349,21 @@ std::vector<std::string> list_datasets(hid_t file, const std::string& group) {
   return out;
 }
 
+bool is_ieee_float(hid_t type) {
+  if (H5Tget_class(type) != H5T_FLOAT) return false;
+  for (hid_t ieee : {H5T_IEEE_F32LE, H5T_IEEE_F32BE, H5T_IEEE_F64LE, H5T_IEEE_F64BE})
+    if (H5Tequal(type, ieee) > 0) return true;
+  return false;
+}
+
 std::string type_name(hid_t type) {
   std::size_t bits = 8 * H5Tget_size(type);
   switch (H5Tget_class(type)) {
     case H5T_INTEGER:
       return fmt::format("{}int{}", H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "", bits);
     case H5T_FLOAT:
-      return fmt::format("float{}", bits);
+      if (is_ieee_float(type)) return fmt::format("float{}", bits);
+      return fmt::format("a non-IEEE float{} (sign, exponent or mantissa placed otherwise)", bits);
     case H5T_STRING:
       return "string";
     default:

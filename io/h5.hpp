@@ -203,6 +203,10 @@ std::vector<std::string> list_datasets(hid_t file, const std::string& group);
 /// \brief A short numpy-like name of a dataset's element type: "float32", "uint8", "int64", ...
 std::string type_name(hid_t type);
 
+/// \brief Whether type is IEEE 754 binary32 or binary64 (either byte order): HDF5 also describes
+/// floats with their bits placed otherwise, which Tessera does not read.
+bool is_ieee_float(hid_t type);
+
 // --- Attributes ----------------------------------------------------------------------------
 
 /// \brief Writes (or replaces) an attribute: int64, float64 or a variable-length UTF-8 string

@@ -169,6 +169,10 @@ std::optional<std::string> probe(const std::string& path) {
     return fmt::format("{}: cannot be read (HDF5: {}); the file is damaged, truncated or not what Tessera "
                        "expects", path, message);
   }
+  // Any other end is a failure too (a sanitizer's report in an instrumented build exits 1).
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+    return fmt::format("{}: reading its metadata failed in the HDF5 library (exit {}): the file is damaged",
+                       path, WEXITSTATUS(status));
   return std::nullopt;
 }
 

@@ -33,6 +33,7 @@ TensorRow summarize(hid_t file, const std::string& name, bool checkpoint) {
   TensorRow row{name, fmt::format("[{}]", fmt::join(dims, ",")), h5::type_name(type), "-", "-", "-"};
   const H5T_class_t kind = H5Tget_class(type);
   if (kind != H5T_FLOAT && kind != H5T_INTEGER) return row;
+  if (kind == H5T_FLOAT && !h5::is_ieee_float(type)) return row;  // not read: HDF5 converts those wrongly
   h5::check_storage(dataset, name);  // nothing sized by a shape the file does not hold
 
   // Read in blocks of rows so a large dataset needs little memory.
@@ -41,7 +42,7 @@ TensorRow summarize(hid_t file, const std::string& name, bool checkpoint) {
   for (std::size_t d = 1; d < dims.size(); ++d) row_elems *= dims[d];
   if (rows == 0 || row_elems == 0) return row;
   const std::optional<std::uint64_t> stored = h5::find_u64_attr(dataset, kChecksumAttribute);
-  const bool float32 = kind == H5T_FLOAT && H5Tget_size(type) == 4;
+  const bool float32 = h5::is_ieee_float(type) && H5Tget_size(type) == 4;
   const hsize_t block = std::max<hsize_t>(1, (hsize_t{1} << 20) / row_elems);
   h5::Dataspace file_space(TESSERA_H5(H5Dget_space(dataset)));
   std::vector<double> values;

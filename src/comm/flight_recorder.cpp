@@ -27,8 +27,10 @@ double unix_offset() {
 }  // namespace
 
 FlightRecorder& flight_recorder() {
-  static FlightRecorder recorder;
-  return recorder;
+  // Never destroyed: a Communicator that outlives static destruction (one held by an exit handler,
+  // or destroyed while the process exits) still detaches from it.
+  static FlightRecorder* const recorder = new FlightRecorder;
+  return *recorder;
 }
 
 void FlightRecorder::attach(MPI_Comm c, const char* name, std::vector<int> members) {

@@ -16,6 +16,7 @@
 #include "core/deck_checks.hpp"
 #include "core/deck_schema.hpp"
 #include "core/error.hpp"
+#include "core/utf8.hpp"
 
 namespace tessera {
 namespace {
@@ -257,6 +258,9 @@ std::string_view trim(std::string_view s) {
 
 /// One "--set section.key=value".
 void apply_override(Config& cfg, const std::string& text, deck::Origins& origins) {
+  if (const std::optional<std::size_t> bad = first_invalid_utf8(text))
+    throw InputError(fmt::format("--set {}...: byte {} is not UTF-8 (a deck and every --set value are UTF-8 text)",
+                                 text.substr(0, *bad), *bad + 1));
   const std::string where = "--set " + text;
   const auto eq = text.find('=');
   if (eq == std::string::npos)

@@ -4,7 +4,8 @@
 From real files that the built tessera writes here on 2 ranks (a supervised dataset, a language
 dataset, a checkpoint of each model), it makes damaged copies: truncations at a spread of
 offsets, byte flips in the superblock, in metadata (object headers found through h5py, and the
-structures HDF5 marks with a signature: B-trees, local and global heaps, symbol-table nodes) and
+structures HDF5 marks with a signature: header continuations, v2 B-trees, fractal and global
+heaps; the files are in HDF5 1.10 format, whose metadata carries checksums) and
 in raw data (the middle of the largest dataset). Each copy goes through the commands that read
 such a file, on 2 ranks, each under a timeout:
   dataset     check, train, eval (--checkpoint: the good checkpoint)
@@ -162,19 +163,43 @@ def tree_hash(root):
 
 # --- Damage -------------------------------------------------------------------------------
 
-# Fields of the structures HDF5 marks with a signature (HDF5 file format specification, the
-# version 0/1 structures Tessera's files hold), as offsets from the signature.
+# Fields of the structures HDF5 marks with a signature (HDF5 file format specification), as
+# offsets from the signature. Tessera writes its files in the 1.10 format (libver V110): version 2
+# object headers, v2 B-trees and fractal heaps, all with checksums; the global heap (variable-length
+# strings) and raw data carry none. Version 0/1 structures are kept for files written by others.
 SIGNATURE_FIELDS = {
     ("TREE", "entries used"): 6, ("TREE", "first child address"): 32,     # v1 B-tree node
     ("HEAP", "data segment size"): 8, ("HEAP", "data segment address"): 24,  # local heap
     ("SNOD", "symbol count"): 6, ("SNOD", "first object header address"): 16,  # symbol table node
     ("GCOL", "collection size"): 8, ("GCOL", "first object size"): 24,    # global heap
+    ("OCHK", "first message type"): 4, ("OCHK", "first message size"): 5,  # header continuation
+    ("BTHD", "root node address"): 16, ("BTHD", "record size"): 10,       # v2 B-tree header
+    ("BTLF", "first record"): 6,                                          # v2 B-tree leaf
+    ("FRHP", "table width"): 110, ("FRHP", "root block address"): 132,    # fractal heap header
+    ("FHDB", "heap header address"): 5,                                   # fractal heap direct block
 }
 # Inside a version-1 object header: message count, header size, first message's size, and the
 # first message's data (for a dataset, the dataspace: its first dimension's lowest byte).
 OBJECT_FIELDS = {"messages": 2, "header size": 8, "first message size": 18, "dataspace dim": 32}
-# Superblock version 0: size of offsets, end-of-file address, root group object header address.
+# Superblock version 0: size of offsets, end-of-file address, root group object header address;
+# versions 2 and 3 (the 1.10 format) place them otherwise.
 SUPERBLOCK_FIELDS = {"size of offsets": 13, "end of file": 41, "root object header": 64}
+SUPERBLOCK_V2_FIELDS = {"size of offsets": 9, "end of file": 28, "root object header": 36}
+
+
+def object_header_v2_fields(data, addr):
+    """The fields of a version-2 object header ("OHDR") at addr: the flags byte says whether
+    times (16 bytes) and attribute phase values (4) are present and how wide chunk 0's size is;
+    the first message follows (type, size, flags, creation order if tracked, its data)."""
+    flags = data[addr + 5]
+    at = addr + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+    chunk_size = at
+    message = at + (1 << (flags & 0x03))
+    data_at = message + 4 + (2 if flags & 0x04 else 0)
+    fields = {"messages": addr + 4, "header size": chunk_size, "first message size": message + 1}
+    if data[message] == 1:  # a dataspace message (version 2): version, rank, flags, type, dims
+        fields["dataspace dim"] = data_at + 4
+    return fields
 
 
 class Damage:
@@ -201,14 +226,23 @@ class Damage:
             self.cases.append((f"truncated to {cut} of {size} bytes", lambda b, cut=cut: b[:cut]))
 
     def superblock(self, fields):
+        table = SUPERBLOCK_FIELDS if self.data[8] < 2 else SUPERBLOCK_V2_FIELDS
         for field in fields:
-            self.flip(f"superblock {field}", SUPERBLOCK_FIELDS[field])
+            self.flip(f"superblock v{self.data[8]} {field}", table[field])
 
     def object_header(self, obj, fields):
+        """Fields of obj's object header; "messages" is the version byte of a version-2 header
+        (which counts no messages)."""
         with h5py.File(self.path, "r") as f:
             addr = h5py.h5o.get_info(f[obj].id).addr
+        if self.data[addr:addr + 4] == b"OHDR":
+            offsets = object_header_v2_fields(self.data, addr)
+        else:
+            offsets = {k: addr + v for k, v in OBJECT_FIELDS.items()}
         for field in fields:
-            self.flip(f"object header {obj} {field}", addr + OBJECT_FIELDS[field])
+            if field not in offsets:
+                sys.exit(f"test_damage: {obj} in {self.path} has no {field} where expected")
+            self.flip(f"object header {obj} {field}", offsets[field])
 
     def structure(self, signature, field):
         """A field of the first structure with this signature (SIGNATURE_FIELDS)."""
@@ -344,9 +378,10 @@ def main():
     supervised.superblock(["size of offsets", "root object header"])
     supervised.object_header("train/inputs", ["messages", "dataspace dim"])
     supervised.object_header("train/labels", ["header size"])
-    supervised.structure("TREE", "entries used")
-    supervised.structure("HEAP", "data segment address")
-    supervised.structure("SNOD", "first object header address")
+    supervised.structure("OCHK", "first message type")
+    supervised.structure("OCHK", "first message size")
+    supervised.structure("GCOL", "collection size")
+    supervised.structure("GCOL", "first object size")
     supervised.raw_middle("train/inputs")
     supervised.raw_middle("train/labels")
 
@@ -354,7 +389,7 @@ def main():
     tokens.truncations(4)
     tokens.superblock(["end of file"])
     tokens.object_header("train/tokens", ["dataspace dim"])
-    tokens.structure("HEAP", "data segment size")
+    tokens.structure("OCHK", "first message size")
     tokens.structure("GCOL", "collection size")
     tokens.raw_middle("train/tokens")
 
@@ -363,9 +398,11 @@ def main():
     checkpoint.superblock(["size of offsets", "root object header"])
     checkpoint.object_header("model/layers.0.weight", ["messages", "dataspace dim"])
     checkpoint.object_header("train", ["first message size"])
-    checkpoint.structure("TREE", "first child address")
-    checkpoint.structure("HEAP", "data segment address")
-    checkpoint.structure("SNOD", "symbol count")
+    checkpoint.structure("BTHD", "root node address")
+    checkpoint.structure("BTLF", "first record")
+    checkpoint.structure("FRHP", "root block address")
+    checkpoint.structure("FHDB", "heap header address")
+    checkpoint.structure("OCHK", "first message type")
     checkpoint.structure("GCOL", "collection size")
     checkpoint.structure("GCOL", "first object size")
     checkpoint.raw_middle("model/layers.0.weight", mask=0x01, element=4)
