@@ -129,8 +129,9 @@ ModelShape model_shape(const Config& cfg, const io::SplitInfo& info) {
 }
 
 int micro_batch_rows(const Config& cfg) {
-  const int parts = cfg.parallel.data * cfg.parallel.micro_batches;
-  return (cfg.train.global_batch + parts - 1) / parts;
+  // In 64 bits: global_batch may be INT_MAX (a deck limit), the sum below would overflow an int.
+  const std::int64_t parts = std::int64_t{cfg.parallel.data} * cfg.parallel.micro_batches;
+  return static_cast<int>((std::int64_t{cfg.train.global_batch} + parts - 1) / parts);
 }
 
 ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelShape& shape,

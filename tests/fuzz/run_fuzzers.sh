@@ -25,6 +25,9 @@ cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 # null (HDF5 then fails as it would in the real program) instead of ending the input.
 export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1
+# libFuzzer's per-malloc limit (-malloc_limit_mb, by default the RSS limit) is lifted: its hook
+# would take a damaged file's huge allocation inside the metadata probe's child (io/h5_probe,
+# which limits its own address space) for the target's; -rss_limit_mb still bounds the target.
 # A looping file's metadata probe (io/h5_probe) gives up after 2 s: 4 opens fit the 10 s per input.
 export TESSERA_PROBE_SECONDS=2
 export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -41,7 +44,7 @@ for t in "${targets[@]}"; do
   "$build/tests/fuzz/fuzz_$t" "$corpus" "tests/fuzz/seeds/$t" "tests/fuzz/regressions/$t" \
     -fork="${TESSERA_FUZZ_JOBS:-1}" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
     -max_total_time="$seconds" -timeout="${TESSERA_FUZZ_TIMEOUT:-$timeout}" \
-    -rss_limit_mb="${TESSERA_FUZZ_RSS_MB:-2048}" -max_len="$max_len" -dict="$dict" \
+    -rss_limit_mb="${TESSERA_FUZZ_RSS_MB:-2048}" -malloc_limit_mb=1048576 -max_len="$max_len" -dict="$dict" \
     -artifact_prefix="$findings/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
   # The last status line of the fork mode: "#<executions>: cov: ... crash/timeout/oom ...".
   execs=$(grep -Eo '^#[0-9]+' "$log" | tail -1 | tr -d '#' || true)
