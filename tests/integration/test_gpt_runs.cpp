@@ -58,9 +58,11 @@ void expect_same_run(const std::string& dir) {
   EXPECT_LE(max_relative_difference(eval_losses(reference()), eval_losses(dir)), 1e-5);
   const std::string ckpt = "/checkpoints/step_00000030.h5";
   // AdamW moves an element whose gradient is near zero by about +-lr whatever its size, so the
-  // reassociation of a sum can flip such a step: parameters agree to 1e-3 of each tensor's
-  // largest element while the losses agree to 1e-5 (docs/models.md).
-  const RunResult d = tessera(1, "diff " + reference() + ckpt + " " + dir + ckpt + " --model-only --tolerance 1e-3");
+  // reassociation of a sum can flip such a step: parameters agree to 5e-3 of each tensor's
+  // largest element while the losses agree to 1e-5 (docs/models.md). Measured: up to 1.25e-3 (blocks.1.attn.proj
+  // at tensor 2, OpenBLAS's own Zen 4 kernels; below 1e-3 with OPENBLAS_CORETYPE=Haswell), so 5e-3: a wrong
+  // layout moves parameters by their own size.
+  const RunResult d = tessera(1, "diff " + reference() + ckpt + " " + dir + ckpt + " --model-only --tolerance 5e-3");
   EXPECT_EQ(d.exit_code, 0) << d.output;
 }
 
