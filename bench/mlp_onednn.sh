@@ -14,7 +14,8 @@
 # bench/results/mlp_onednn.md.
 #
 # Usage: bench/mlp_onednn.sh   (needs build/tessera and data/fashion-mnist.h5)
-# env: REPS (3), EPOCHS (2), BUILD_DIR (build), PEERS_DIR
+# env: REPS (3), EPOCHS (2), BUILD_DIR (build), PEERS_DIR, TABLE_ONLY=1 (rewrite the .md from the
+#      existing .csv; LOADS="start / end" then says the sitting's load averages)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -50,7 +51,11 @@ run_tessera() {
     tail -n 5 "$log" >&2
     return 1
   fi
-  "$PEER_PYTHON" -c 'import json, sys; s = json.load(open(sys.argv[1])); print(f"{float(s[\"samples_per_s\"]):.0f},{float(s[\"test_accuracy\"]):.4f}")' "$out/summary.json"
+  "$PEER_PYTHON" - "$out/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"{float(s['samples_per_s']):.0f},{float(s['test_accuracy']):.4f}")
+PY
 }
 
 # \brief Run the peer once; print "samples_per_s,test_acc".
@@ -67,19 +72,24 @@ run_peer() {
   parse_peer_summary "$2"
 }
 
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "who,config,precision,rep,samples_per_s,test_acc" >"$csv"
-for ((rep = 1; rep <= reps; rep++)); do
-  for precision in fp32 bf16; do
-    for gemm in openblas onednn; do
-      r=$(run_tessera "$precision" "$gemm" "mlp_onednn_${precision}_${gemm}_rep$rep")
-      echo "tessera,mpi2_$gemm,$precision,$rep,$r" | tee -a "$csv"
+if [[ ${TABLE_ONLY:-0} != 1 ]]; then
+  load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+  echo "who,config,precision,rep,samples_per_s,test_acc" >"$csv"
+  for ((rep = 1; rep <= reps; rep++)); do
+    for precision in fp32 bf16; do
+      for gemm in openblas onednn; do
+        r=$(run_tessera "$precision" "$gemm" "mlp_onednn_${precision}_${gemm}_rep$rep")
+        echo "tessera,mpi2_$gemm,$precision,$rep,$r" | tee -a "$csv"
+      done
+      r=$(run_peer "$precision" "$logs/mlp_onednn_peer_${precision}_rep$rep.log")
+      echo "torch,threads2,$precision,$rep,$r" | tee -a "$csv"
     done
-    r=$(run_peer "$precision" "$logs/mlp_onednn_peer_${precision}_rep$rep.log")
-    echo "torch,threads2,$precision,$rep,$r" | tee -a "$csv"
   done
-done
-load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+  load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+else
+  [[ -f $csv ]] || die "TABLE_ONLY=1: no $csv"
+  load_start=${LOADS%% / *} load_end=${LOADS##* / }
+fi
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 version=$("$python" -c 'import torch; print(torch.__version__)')
@@ -96,14 +106,16 @@ print(f"CPU: {cpu}. Torch {version} on 2 threads; Tessera on 2 ranks of 1 thread
 med = {}
 for r in rows:
     med.setdefault((r['precision'], r['who'], r['config']), []).append(r)
-print("| precision | who | config | runs | samples/s | GFLOP/s | test acc | vs torch (same precision) |")
-print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+print("| precision | who | config | runs | samples/s (median) | range | GFLOP/s | test acc | vs torch (same precision) |")
+print("| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
 for precision in ('fp32', 'bf16'):
     peer = statistics.median(float(r['samples_per_s']) for r in med[(precision, 'torch', 'threads2')])
     for (p, who, cfg), v in med.items():
         if p == precision:
             sps = statistics.median(float(r['samples_per_s']) for r in v)
             acc = statistics.median(float(r['test_acc']) for r in v)
-            print(f"| {p} | {who} | {cfg} | {len(v)} | {sps:.0f} | {sps * per_sample * 1e-9:.1f} | {acc:.4f} | {sps / peer:.2f} |")
+            xs = [float(r['samples_per_s']) for r in v]
+            print(f"| {p} | {who} | {cfg} | {len(v)} | {sps:.0f} | {min(xs):.0f}-{max(xs):.0f} | "
+                  f"{sps * per_sample * 1e-9:.1f} | {acc:.4f} | {sps / peer:.2f} |")
 PY
 echo "wrote $csv and $md"
