@@ -137,8 +137,8 @@ print(f"CPU: {cpu}; flags: {flags.strip()}. Torch {version} on 2 threads; Tesser
       f"{flops / 1e6:.2f} MFLOP per token (6N + 12LTC). Peaks (bench/peak_flops, register-resident chains): "
       f"fp32 FMA {fma[1]:.0f} GFLOP/s on 1 core ({fma[2]:.0f} with 2 threads)"
       + (f", bf16 vdpbf16ps {bf16[1]:.0f} on 1 core ({bf16[2]:.0f} with 2 threads)" if bf16 else "")
-      + "; the 2-core peak is taken as twice the 1-core figure (2 threads did not scale in this sitting's "
-      "load, and torch ran above the 2-thread figure).\n")
+      + "; the 2-core peak is taken as twice the 1-core figure (a 2-thread figure taken while other "
+      "programs load the machine can come out near the 1-core one).\n")
 med = {}
 for r in rows:
     med.setdefault((r['precision'], r['who'], r['config']), []).append(r)
