@@ -1,6 +1,8 @@
 // peak_flops: what this machine can do in fp32, as the yardstick for Tessera's MFU.
 //
-//   (a) FMA peak of one core: independent FMA chains held in registers (AVX-512 and AVX2+FMA);
+//   (a) FMA peak of one core: independent FMA chains held in registers (AVX-512 and AVX2+FMA),
+//       and where the CPU has AVX512-BF16, chains of vdpbf16ps (bf16 pairs multiplied and summed
+//       into fp32: 32 multiply-adds per instruction, so 64 flops), the bf16 yardstick;
 //   (b) the same on every allowed core (at most 2), one pinned std::thread per core, all FMAs
 //       over the common wall time;
 //   (c) cblas_sgemm (row-major) at square sizes and at the MLP 784-512-512-10's own shapes,
@@ -95,14 +97,43 @@ __attribute__((target("avx2,fma"))) float fma_chains_avx2(long iters, float b_in
   return total;
 }
 
-enum class Isa { avx512, avx2 };
+// acc += dot(a, b) over bf16 pairs: vdpbf16ps chains. a, b hold bf16 pairs of values near 1e-3,
+// so the accumulators grow slowly and stay normal.
+template <std::size_t... I>
+__attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(long iters, float b_in, float c_in,
+                                                                 std::index_sequence<I...>) {
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(c_in), _mm512_set1_ps(c_in));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(b_in), _mm512_set1_ps(b_in));
+  __m512 acc[kChains];
+  ((acc[I] = _mm512_set1_ps(static_cast<float>(I))), ...);
+  for (long i = 0; i < iters; ++i) {
+    ((acc[I] = _mm512_dpbf16_ps(acc[I], a, b)), ...);
+  }
+  __m512 sum = _mm512_setzero_ps();
+  ((sum = _mm512_add_ps(sum, acc[I])), ...);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  float total = 0.0f;
+  for (float x : lanes) total += x;
+  return total;
+}
+
+enum class Isa { avx512, avx2, avx512_bf16 };
 
 struct IsaInfo {
   const char* name;
   int lanes;
 };
 
-IsaInfo isa_info(Isa isa) { return isa == Isa::avx512 ? IsaInfo{"fma_avx512", 16} : IsaInfo{"fma_avx2", 8}; }
+// lanes: multiply-adds per instruction (a vdpbf16ps does two per fp32 lane).
+IsaInfo isa_info(Isa isa) {
+  switch (isa) {
+    case Isa::avx512: return {"fma_avx512", 16};
+    case Isa::avx512_bf16: return {"dpbf16_avx512", 32};
+    case Isa::avx2: break;
+  }
+  return {"fma_avx2", 8};
+}
 
 volatile float g_sink;     // where every FMA result ends up
 volatile float g_b = 0.999999f, g_c = 1e-6f;  // read at run time: the compiler cannot fold the chains
@@ -111,9 +142,9 @@ volatile float g_b = 0.999999f, g_c = 1e-6f;  // read at run time: the compiler 
 double time_fma_chains(Isa isa, long iters) {
   const float b = g_b, c = g_c;
   const auto t0 = Clock::now();
-  const float r = isa == Isa::avx512
-                      ? fma_chains_avx512(iters, b, c, std::make_index_sequence<kChains>{})
-                      : fma_chains_avx2(iters, b, c, std::make_index_sequence<kChains>{});
+  const float r = isa == Isa::avx512        ? fma_chains_avx512(iters, b, c, std::make_index_sequence<kChains>{})
+                  : isa == Isa::avx512_bf16 ? dpbf16_chains(iters, b, c, std::make_index_sequence<kChains>{})
+                                            : fma_chains_avx2(iters, b, c, std::make_index_sequence<kChains>{});
   const double dt = seconds_since(t0);
   g_sink = r;
   return dt;
@@ -326,9 +357,11 @@ int main(int argc, char** argv) {
   const std::string coretype = openblas_get_corename();
   const char* env_coretype = std::getenv("OPENBLAS_CORETYPE");
   const bool has_avx512 = __builtin_cpu_supports("avx512f");
+  const bool has_avx512_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16");
   const int cores = std::min<int>(2, int(allowed_cpus().size()));
-  std::printf("OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), CPU avx512f: %s, cores used: %d, reps: %d\n",
-              coretype.c_str(), env_coretype ? env_coretype : "<unset>", has_avx512 ? "yes" : "no", cores, reps);
+  std::printf("OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), CPU avx512f: %s, avx512_bf16: %s, cores used: %d, reps: %d\n",
+              coretype.c_str(), env_coretype ? env_coretype : "<unset>", has_avx512 ? "yes" : "no",
+              has_avx512_bf16 ? "yes" : "no", cores, reps);
 
   const std::vector<GemmCase> cases = gemm_cases();
   openblas_set_num_threads(1);
@@ -343,6 +376,7 @@ int main(int argc, char** argv) {
   const long iters = 20'000'000;  // 240M vector FMAs per thread: ~50-100 ms at peak
   std::vector<Isa> isas{Isa::avx2};
   if (has_avx512) isas.insert(isas.begin(), Isa::avx512);
+  if (has_avx512_bf16) isas.insert(isas.begin(), Isa::avx512_bf16);
   for (Isa isa : isas)
     for (int t = 1; t <= cores; ++t) {
       rows.push_back({isa_info(isa).name, t, 0, 0, 0, fma_peak(isa, t, iters, reps)});

@@ -11,7 +11,7 @@ shift || true
 packages=(
   build-essential cmake pkg-config
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools zlib1g-dev
-  libopenblas-dev libtrilinos-kokkos-dev
+  libopenblas-dev libdnnl-dev libtrilinos-kokkos-dev
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev googletest libgtest-dev
   dataset-fashion-mnist bible-kjv bible-kjv-text python3-h5py python3-numpy python3-matplotlib
   python3-torch  # tools/load_export.py: tests/integration/test_export loads exports into PyTorch

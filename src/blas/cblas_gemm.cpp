@@ -1,5 +1,7 @@
 #include "blas/cblas_gemm.hpp"
 
+#include "blas/onednn_gemm.hpp"
+
 #include <cblas.h>
 #include <dlfcn.h>
 
@@ -87,6 +89,7 @@ namespace tessera::blas {
 void set_threads(int n) {
   if (n < 1) throw std::invalid_argument("tessera::blas::set_threads: n = " + std::to_string(n));
   openblas_set_num_threads(n);
+  onednn::set_threads(n);
 }
 
 BlasThreading blas_threading() {

@@ -4,6 +4,8 @@
 #include <type_traits>
 
 #include "blas/cblas_gemm.hpp"
+#include "blas/gemm_library.hpp"
+#include "blas/onednn_gemm.hpp"
 #include "kernels/precision.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -29,6 +31,12 @@ void gemm_dispatch(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
 #else
   // Kernels enqueued on exec before this call must have finished (a no-op for Serial).
   exec.fence();
+  if constexpr (std::is_same_v<T, float>) {
+    if (library_for(Precision::fp32) == Library::onednn) {
+      onednn::gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+  }
   cblas::gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
 }

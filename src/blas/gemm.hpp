@@ -60,8 +60,8 @@ Precision matmul_precision();
 void gemm_fp32(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
                int lda, const float* B, int ldb, float beta, float* C, int ldc);
 
-/// \brief Threads OpenBLAS uses for host GEMM (n >= 1). Set it so that ranks x threads does not
-/// exceed the cores of a node.
+/// \brief Threads OpenBLAS and oneDNN use for host GEMM (n >= 1). Set it so that ranks x threads
+/// does not exceed the cores of a node.
 void set_threads(int n);
 
 /// How the linked BLAS runs its threads, as OpenBLAS reports it.

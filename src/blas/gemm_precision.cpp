@@ -7,6 +7,8 @@
 
 #include "blas/cblas_gemm.hpp"
 #include "blas/gemm.hpp"
+#include "blas/gemm_library.hpp"
+#include "blas/onednn_gemm.hpp"
 #include "core/memory.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/simd.hpp"
@@ -169,7 +171,9 @@ void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k,
   cublas::gemm_ex(exec.cuda_stream(), p, ta, tb, m, n, k, alpha, pa, pa_ld, pb, pb_ld, beta, C,
                   ldc);
 #else
-  const cblas::SbgemmFn sbgemm = p == Precision::bf16 ? cblas::sbgemm() : nullptr;
+  const cblas::SbgemmFn sbgemm = p != Precision::bf16                       ? nullptr
+                                 : library_for(p) == Library::onednn ? &onednn::gemm_bf16
+                                                                     : cblas::sbgemm();
   if (sbgemm != nullptr) {
     packed_product(exec, s.a16, s.b16, A, a, B, b, ToBf16Bits{},
                    [&](const std::uint16_t* pa, const std::uint16_t* pb) {
@@ -200,7 +204,9 @@ const char* lowp_path(Precision p) {
   }
   return "cublasSgemm";
 #else
-  if (p == Precision::fp32) return "cblas_sgemm";
+  if (p == Precision::fp32) return library_for(p) == Library::onednn ? "onednn matmul (fp32)" : "cblas_sgemm";
+  if (p == Precision::bf16 && library_for(p) == Library::onednn)
+    return "onednn matmul (bf16 operands, fp32 accumulation)";
   const cblas::SbgemmFn sbgemm = p == Precision::bf16 ? cblas::sbgemm() : nullptr;
   if (sbgemm == nullptr) return "emulated (rounded operands, sgemm)";
   return cblas::is_library_sbgemm(sbgemm) ? "cblas_sbgemm"

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "blas/gemm.hpp"
+#include "blas/gemm_library.hpp"
 #include "comm/agree.hpp"
 #include "comm/communicator.hpp"
 #include "comm/watchdog.hpp"
@@ -106,6 +107,7 @@ int train(const DeckArgs& args, const std::string& resume) {
   const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
                           cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
+  blas::set_gemm_library(cfg.run.gemm);
   install_stop_handlers();
   return watched(cfg, comm, [&] {
     Trainer trainer(cfg, comm, ResumeRequest::parse(resume));
@@ -118,6 +120,7 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
   const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
                           cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
+  blas::set_gemm_library(cfg.run.gemm);
   blas::set_matmul_precision(cfg.train.precision);
   return watched(cfg, comm, [&] {
     std::unique_ptr<io::Split> split;

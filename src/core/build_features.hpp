@@ -18,4 +18,11 @@ inline constexpr bool nccl = true;
 inline constexpr bool nccl = false;
 #endif
 
+/// oneDNN's matmul is compiled in (-DTESSERA_ENABLE_ONEDNN=ON, the default).
+#if defined(TESSERA_HAVE_ONEDNN)
+inline constexpr bool onednn = true;
+#else
+inline constexpr bool onednn = false;
+#endif
+
 }  // namespace tessera::build

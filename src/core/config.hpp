@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gemm_library.hpp"
 #include "core/precision.hpp"
 
 namespace tessera {
@@ -24,6 +25,7 @@ struct RunConfig {
   std::string output_dir = "runs/default";
   bool overwrite = false;   ///< allow replacing another run's outputs in output_dir
   int blas_threads = 0;     ///< 0: cores on the node / ranks on the node, at least 1
+  GemmLibrary gemm = GemmLibrary::automatic;  ///< library of the host matrix products
 
   bool operator==(const RunConfig&) const = default;
 };

@@ -56,6 +56,11 @@ void check_combinations(Config& cfg, const Origins& origins) {
          "train.epochs = 0 and train.steps = 0 leave nothing to train; "
          "allowed: train.epochs >= 1, or train.steps >= 1");
 
+  if (cfg.run.gemm == GemmLibrary::onednn && !build::onednn)
+    fail(where_of(cfg, origins, {"run.gemm"}), "run.gemm",
+         "\"onednn\" needs a build with oneDNN, and this one has none (configured with "
+         "-DTESSERA_ENABLE_ONEDNN=OFF); allowed here: \"auto\", \"openblas\"");
+
   const auto& c = cfg.comm;
   if (c.backend == CommBackend::nccl && !build::nccl)
     fail(where_of(cfg, origins, {"comm.backend"}), "comm.backend",

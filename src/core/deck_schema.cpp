@@ -143,6 +143,7 @@ std::vector<KeySpec> build_schema() {
     run.text<&R::output_dir>("output_dir", Text::non_empty, "directory of log.txt, metrics.csv, summary.json and checkpoints/"),
     run.flag<&R::overwrite>("overwrite", "allow replacing another run's outputs in output_dir"),
     run.key<&R::blas_threads>("blas_threads", closed(0, 4096), "BLAS threads per rank; 0: cores on the node / ranks on the node, at least 1"),
+    run.choice<&R::gemm>("gemm", kGemmLibraries, "library of the host matrix products: auto (per precision, from the CPU: docs/precision.md), openblas, onednn; the run log's gemm line says which runs"),
 
     data.text<&D::path>("path", Text::non_empty, "HDF5 dataset file (see `tessera prepare`)"),
     data.text<&D::train_split>("train_split", Text::non_empty, "group of the training split"),

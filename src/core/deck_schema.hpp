@@ -77,6 +77,8 @@ inline constexpr Choice<ModelKind> kModelKinds[] = {
     {"mlp", ModelKind::mlp}, {"cnn", ModelKind::cnn}, {"gpt", ModelKind::gpt}};
 inline constexpr Choice<Precision> kPrecisions[] = {
     {"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp16", Precision::fp16}};
+inline constexpr Choice<GemmLibrary> kGemmLibraries[] = {
+    {"auto", GemmLibrary::automatic}, {"openblas", GemmLibrary::openblas}, {"onednn", GemmLibrary::onednn}};
 inline constexpr Choice<Activation> kActivations[] = {{"relu", Activation::relu},
                                                       {"gelu", Activation::gelu}};
 inline constexpr Choice<LossKind> kLossKinds[] = {{"auto", LossKind::automatic},

@@ -12,6 +12,7 @@
 #include "core/memory.hpp"
 #include "core/version.hpp"
 #include "blas/gemm.hpp"
+#include "blas/gemm_library.hpp"
 #include "optim/schedule.hpp"
 #include "train/pipeline.hpp"
 #include "train/memory_estimate.hpp"
@@ -315,6 +316,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   out_->log(describe(threads));
   for (const auto& line : describe_placement(places_, comm_.dp(), comm_.tp(), comm_.pp())) out_->log(line);
   for (const auto& line : placement_warnings(places_, comm_.dp(), comm_.tp(), comm_.pp())) out_->log(line);
+  out_->log(blas::describe_gemm());
   if (cfg_.train.precision != Precision::fp32)
     out_->log(fmt::format("precision: {} matrix products ({}), outputs stored in {}; master weights, "
                           "optimizer and reductions fp32{}", precision_name(cfg_.train.precision),

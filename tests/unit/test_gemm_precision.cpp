@@ -1,7 +1,8 @@
 // tessera::blas::gemm(exec, Precision, ...) against a double-precision reference on operands
 // rounded with kernels/precision.hpp: every precision, all transposes, padded rows, alpha and
 // beta != 1; the rounding is visible (bf16 and fp16 results differ from fp32 by about their
-// epsilon on random data, bf16 more than fp16); the cblas_sbgemm path through a stand-in.
+// epsilon on random data, bf16 more than fp16); the cblas_sbgemm path through a stand-in; each
+// check under run.gemm = openblas and, where the build has it, onednn.
 // Matrices live in MemSpace, so a CUDA Kokkos build runs the same checks on cublasGemmEx.
 #include <gtest/gtest.h>
 
@@ -15,6 +16,8 @@
 
 #include "blas/cblas_gemm.hpp"
 #include "blas/gemm.hpp"
+#include "blas/gemm_library.hpp"
+#include "blas/onednn_gemm.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/precision.hpp"
 
@@ -89,12 +92,27 @@ void check(const Product& p, Precision pr) {
 
 const char* op_name(Op op) { return op == Op::N ? "N" : "T"; }
 
+/// run.gemm for the lifetime of the object, then automatic again.
+struct GemmLibraryScope {
+  explicit GemmLibraryScope(GemmLibrary g) { blas::set_gemm_library(g); }
+  ~GemmLibraryScope() { blas::set_gemm_library(GemmLibrary::automatic); }
+};
+
+/// The libraries this build can be told to use.
+std::vector<GemmLibrary> libraries() {
+  std::vector<GemmLibrary> all = {GemmLibrary::openblas};
+  if (blas::onednn::available()) all.push_back(GemmLibrary::onednn);
+  return all;
+}
+
 TEST(GemmPrecision, EveryPrecisionTransposePaddingAlphaBeta) {
+  for (GemmLibrary lib : libraries())
   for (Precision pr : kPrecisions) {
+    GemmLibraryScope scope(lib);
     for (Op ta : {Op::N, Op::T}) {
       for (Op tb : {Op::N, Op::T}) {
-        SCOPED_TRACE(::testing::Message()
-                     << precision_name(pr) << " ta=" << op_name(ta) << " tb=" << op_name(tb));
+        SCOPED_TRACE(::testing::Message() << gemm_library_name(lib) << " " << precision_name(pr)
+                                          << " ta=" << op_name(ta) << " tb=" << op_name(tb));
         const unsigned seed = 100 + unsigned(pr) * 10 + unsigned(ta) * 2 + unsigned(tb);
         for (Product p : {make(ta, tb, 7, 5, 3, 0, 1.5f, -0.75f, seed),
                           make(ta, tb, 13, 17, 11, 3, -0.5f, 2.0f, seed),
@@ -184,8 +202,10 @@ TEST(GemmPrecision, Fp16OverflowsWhereBf16DoesNot) {
 }
 
 TEST(GemmPrecision, EdgeShapesAndBadArguments) {
+  for (GemmLibrary lib : libraries())
   for (Precision pr : kPrecisions) {
-    SCOPED_TRACE(precision_name(pr));
+    GemmLibraryScope scope(lib);
+    SCOPED_TRACE(::testing::Message() << gemm_library_name(lib) << " " << precision_name(pr));
     // k = 0: C = beta C.
     Product p = make(Op::N, Op::N, 3, 4, 0, 1, 2.0f, 0.5f, 5);
     run(p, pr);
@@ -210,7 +230,9 @@ TEST(GemmPrecision, EdgeShapesAndBadArguments) {
 
 TEST(GemmPrecision, ScratchGrowsAndIsReused) {
   // Small, large, small again, then the large one: each must be right whatever the scratch holds.
+  for (GemmLibrary lib : libraries())
   for (Precision pr : {Precision::bf16, Precision::fp16}) {
+    GemmLibraryScope scope(lib);
     for (int round = 0; round < 2; ++round) {
       for (int size : {3, 120, 5}) {
         Product p = make(Op::T, Op::N, size, size + 1, size + 2, 1, 1.0f, 0.0f, unsigned(size));
@@ -227,12 +249,23 @@ TEST(GemmPrecision, LowpPathNamesWhatRuns) {
   EXPECT_STREQ(blas::lowp_path(Precision::bf16), "cublasGemmEx (CUDA_R_16BF, CUBLAS_COMPUTE_32F)");
   EXPECT_STREQ(blas::lowp_path(Precision::fp16), "cublasGemmEx (CUDA_R_16F, CUBLAS_COMPUTE_32F)");
 #else
-  EXPECT_STREQ(blas::lowp_path(Precision::fp32), "cblas_sgemm");
-  EXPECT_STREQ(blas::lowp_path(Precision::fp16), "emulated (rounded operands, sgemm)");
-  const bool library = blas::cblas::is_library_sbgemm(blas::cblas::sbgemm());
-  EXPECT_STREQ(blas::lowp_path(Precision::bf16),
-               library ? "cblas_sbgemm" : "emulated (rounded operands, sgemm)");
-  std::printf("bf16 GEMM here: %s\n", blas::lowp_path(Precision::bf16));
+  std::printf("bf16 GEMM here (run.gemm = auto): %s\n", blas::lowp_path(Precision::bf16));
+  {
+    GemmLibraryScope scope(GemmLibrary::openblas);
+    EXPECT_STREQ(blas::lowp_path(Precision::fp32), "cblas_sgemm");
+    EXPECT_STREQ(blas::lowp_path(Precision::fp16), "emulated (rounded operands, sgemm)");
+    const bool library = blas::cblas::is_library_sbgemm(blas::cblas::sbgemm());
+    EXPECT_STREQ(blas::lowp_path(Precision::bf16),
+                 library ? "cblas_sbgemm" : "emulated (rounded operands, sgemm)");
+  }
+  if (blas::onednn::available()) {
+    GemmLibraryScope scope(GemmLibrary::onednn);
+    EXPECT_STREQ(blas::lowp_path(Precision::fp32), "onednn matmul (fp32)");
+    EXPECT_STREQ(blas::lowp_path(Precision::bf16), blas::onednn::bf16_supported()
+                                                       ? "onednn matmul (bf16 operands, fp32 accumulation)"
+                                                       : "emulated (rounded operands, sgemm)");
+    EXPECT_STREQ(blas::lowp_path(Precision::fp16), "emulated (rounded operands, sgemm)");
+  }
 #endif
 }
 
@@ -274,6 +307,7 @@ class InstalledSbgemm {
 TEST(GemmPrecision, Bf16TakesTheSbgemmPathWhenOneIsThere) {
   if (!kHostMemory)
     GTEST_SKIP() << "cblas_sbgemm is the host path; this build multiplies on the device";
+  GemmLibraryScope openblas(GemmLibrary::openblas);
   InstalledSbgemm installed(&reference_sbgemm);
   EXPECT_STREQ(blas::lowp_path(Precision::bf16), "bf16 GEMM installed by cblas::set_sbgemm");
   EXPECT_STREQ(blas::lowp_path(Precision::fp16), "emulated (rounded operands, sgemm)");
@@ -297,6 +331,7 @@ TEST(GemmPrecision, Bf16TakesTheSbgemmPathWhenOneIsThere) {
 TEST(GemmPrecision, SbgemmAndEmulationAgree) {
   if (!kHostMemory)
     GTEST_SKIP() << "cblas_sbgemm is the host path; this build multiplies on the device";
+  GemmLibraryScope openblas(GemmLibrary::openblas);
   Product with = make(Op::T, Op::N, 24, 20, 200, 2, 1.0f, 0.25f, 21), without = with;
   {
     InstalledSbgemm installed(&reference_sbgemm);

@@ -1,0 +1,191 @@
+// oneDNN matmul behind blas/onednn_gemm.hpp: a primitive per distinct product, created once and
+// kept with its memory objects, whose data handles each call points at the caller's buffers.
+#include "blas/onednn_gemm.hpp"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+
+#include "blas/cblas_gemm.hpp"
+
+namespace tessera::blas::onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+/// Everything that makes a primitive different: a product of another shape, layout, scale,
+/// element type or thread count gets its own.
+struct Key {
+  dt in, out;
+  Op ta, tb;
+  int m, n, k, lda, ldb, ldc;
+  std::uint32_t alpha, beta;  // bit patterns
+  int threads;
+  auto tie() const { return std::tie(in, out, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, threads); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+/// A primitive and the memory objects of its arguments (their data handles set per call).
+struct Entry {
+  dnnl::matmul primitive;
+  dnnl::memory a, b, c;
+  std::unordered_map<int, dnnl::memory> args;
+};
+
+std::uint32_t bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+/// oneDNN's OpenMP thread count for the threads that call it (1 until set_threads).
+int threads_now = 1;
+
+struct Library {
+  std::mutex mutex;
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<Key, Entry> cache;
+};
+
+Library& library() {
+  static Library lib;
+  return lib;
+}
+
+/// The row-major op(X) (rows x cols) stored at row stride ld, as a oneDNN descriptor.
+dnnl::memory::desc operand(dt type, Op op, int rows, int cols, int ld) {
+  const dnnl::memory::dims strides = op == Op::N ? dnnl::memory::dims{ld, 1} : dnnl::memory::dims{1, ld};
+  return dnnl::memory::desc({rows, cols}, type, strides);
+}
+
+Entry make_entry(const Library& lib, const Key& key, float alpha, float beta) {
+  const auto a = operand(key.in, key.ta, key.m, key.k, key.lda);
+  const auto b = operand(key.in, key.tb, key.k, key.n, key.ldb);
+  const auto c = operand(key.out, Op::N, key.m, key.n, key.ldc);
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, lib.engine);
+  Entry e{dnnl::matmul(pd), dnnl::memory(a, lib.engine, nullptr), dnnl::memory(b, lib.engine, nullptr),
+          dnnl::memory(c, lib.engine, nullptr), {}};
+  e.args = {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}};
+  return e;
+}
+
+/// C = beta C where k == 0 (no product to run; oneDNN refuses an empty reduction).
+void scale_only(int m, int n, float beta, float* C, int ldc) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) C[std::size_t(i) * ldc + j] = beta == 0.0f ? 0.0f : beta * C[std::size_t(i) * ldc + j];
+}
+
+void run(dt in, Op ta, Op tb, int m, int n, int k, float alpha, const void* A, int lda, const void* B, int ldb,
+         float beta, float* C, int ldc) {
+  cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    scale_only(m, n, beta, C, ldc);
+    return;
+  }
+  Library& lib = library();
+  std::lock_guard<std::mutex> lock(lib.mutex);
+  const Key key{in, dt::f32, ta, tb, m, n, k, lda, ldb, ldc, bits(alpha), bits(beta), threads_now};
+  try {
+    auto it = lib.cache.find(key);
+    if (it == lib.cache.end()) {
+      if (lib.cache.size() >= 4096) lib.cache.clear();  // a bound on a run whose shapes keep changing
+      it = lib.cache.emplace(key, make_entry(lib, key, alpha, beta)).first;
+    }
+    Entry& e = it->second;
+    e.a.set_data_handle(const_cast<void*>(A));
+    e.b.set_data_handle(const_cast<void*>(B));
+    e.c.set_data_handle(C);
+    e.primitive.execute(lib.stream, e.args);
+    lib.stream.wait();
+  } catch (const dnnl::error& err) {
+    throw std::runtime_error(std::string("tessera::blas::onednn::gemm: oneDNN failed (") + err.what() + ") on a " +
+                             (in == dt::bf16 ? "bf16" : "fp32") + " product m=" + std::to_string(m) +
+                             " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  }
+}
+
+}  // namespace
+
+bool available() { return true; }
+
+std::string isa() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: break;
+  }
+  return "generic";
+}
+
+bool native_bf16() {
+  const auto i = dnnl::get_effective_cpu_isa();
+  return i == dnnl::cpu_isa::avx512_core_bf16 || i == dnnl::cpu_isa::avx512_core_amx;
+}
+
+bool bf16_supported() {
+  static const bool supported = implementation(true).rfind("unavailable", 0) != 0;
+  return supported;
+}
+
+void gemm(Op ta, Op tb, int m, int n, int k, float alpha, const float* A, int lda, const float* B, int ldb,
+          float beta, float* C, int ldc) {
+  run(dt::f32, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bf16(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A, int lda,
+               const std::uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  run(dt::bf16, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+std::string implementation(bool bf16) {
+  const dt in = bf16 ? dt::bf16 : dt::f32;
+  try {
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(operand(in, Op::N, 1024, 256, 256), operand(in, Op::T, 256, 768, 256),
+                           operand(dt::f32, Op::N, 1024, 768, 768)),
+        library().engine);
+    return pd.impl_info_str();
+  } catch (const dnnl::error& err) {
+    return std::string("unavailable (") + err.what() + ")";
+  }
+}
+
+void set_threads(int n) {
+  if (n < 1) throw std::invalid_argument("tessera::blas::onednn::set_threads: n = " + std::to_string(n));
+  // oneDNN's OpenMP runtime, loaded with it; absent (nullptr) under a sequential build.
+  using SetThreads = void (*)(int);
+  static const auto omp_set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  if (omp_set != nullptr) omp_set(n);
+  std::lock_guard<std::mutex> lock(library().mutex);
+  threads_now = n;
+}
+
+std::size_t cache_size() {
+  std::lock_guard<std::mutex> lock(library().mutex);
+  return library().cache.size();
+}
+
+}  // namespace tessera::blas::onednn
