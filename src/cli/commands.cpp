@@ -60,9 +60,11 @@ std::unique_ptr<comm::Watchdog> start_watchdog(const Config& cfg, const Communic
   who.data = comm.coord().data;
   who.tensor = comm.coord().tensor;
   who.pipeline = comm.coord().pipeline;
+  who.spatial = comm.coord().spatial;
   who.dp = comm.dp();
   who.tp = comm.tp();
   who.pp = comm.pp();
+  who.sp = comm.sp();
   who.timeout_s = cfg.comm.timeout_s;
   return std::make_unique<comm::Watchdog>(comm::WatchdogSetup{who, [] { return stop_signal(); }});
 }
@@ -101,10 +103,14 @@ Config load_config(const DeckArgs& args, int ranks) {
   return cfg;
 }
 
+GridShape grid_shape(const Config& cfg) {
+  const auto& p = cfg.parallel;
+  return GridShape{p.data, p.tensor, p.pipeline, p.spatial};
+}
+
 int train(const DeckArgs& args, const std::string& resume) {
   const Config cfg = load_config(args, world_size());
-  const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
-                          cfg.comm, kBuffers);
+  const Communicator comm(MPI_COMM_WORLD, grid_shape(cfg), cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
   install_stop_handlers();
   return watched(cfg, comm, [&] {
@@ -115,8 +121,7 @@ int train(const DeckArgs& args, const std::string& resume) {
 
 int eval(const DeckArgs& args, const std::string& checkpoint) {
   const Config cfg = load_config(args, world_size());
-  const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
-                          cfg.comm, kBuffers);
+  const Communicator comm(MPI_COMM_WORLD, grid_shape(cfg), cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
   blas::set_matmul_precision(cfg.train.precision);
   return watched(cfg, comm, [&] {
@@ -124,7 +129,7 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
     {
       const auto watch = comm.watch("dataset open", Group::data);
       split = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.test_split, cfg.model.context,
-                             cfg.data.cache, data_cache_limit(comm));
+                             cfg.data.cache, data_cache_limit(comm), io::RowBlock{comm.sp(), comm.rank(Group::spatial)});
     }
     io::Split& test = *split;
     const ModelShape shape = model_shape(cfg, test.info());
@@ -139,9 +144,10 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
     }
     const EvalResult e = evaluate(cfg, comm, model, test);
     if (comm.is_root())
-      std::cout << fmt::format("eval {} on {} /{}: test loss {:.6f}{} ({} samples)\n", checkpoint,
+      std::cout << fmt::format("eval {} on {} /{}: test loss {:.6f}{}{} ({} samples)\n", checkpoint,
                                cfg.data.path, cfg.data.test_split, e.loss,
                                std::isnan(e.accuracy) ? std::string() : fmt::format(" accuracy {:.4f}", e.accuracy),
+                               std::isnan(e.rel_l2) ? std::string() : fmt::format(" relative L2 error {:.6f}", e.rel_l2),
                                e.samples);
     return 0;
   });

@@ -20,6 +20,9 @@ int world_size();
 /// Loads the deck with its overrides and resolves the layout for `ranks`; throws InputError.
 Config load_config(const DeckArgs& args, int ranks);
 
+/// The process grid of a resolved deck: parallel.data, tensor, pipeline and spatial.
+GridShape grid_shape(const Config& cfg);
+
 /// \brief Sets this rank's BLAS threads: run.blas_threads, or the cores this rank may use shared
 /// among its node's ranks (train/placement.hpp's blas_threads_for).
 void set_blas_threads(const Config& cfg, const Communicator& comm);
