@@ -19,6 +19,7 @@
 #include "io/inspect.hpp"
 #include "io/prepare.hpp"
 #include "io/prepare_text.hpp"
+#include "sci/darcy_dataset.hpp"
 #include "train/checkpointer.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/placement.hpp"
@@ -171,6 +172,18 @@ int prepare_text(const std::vector<std::string>& inputs, const std::string& out,
     std::cout << fmt::format("wrote {}: {} train and {} val byte tokens from {} file{}\n", out, splits.train,
                              splits.val, inputs.size(), inputs.size() == 1 ? "" : "s");
   });
+  return 0;
+}
+
+int prepare_darcy(const sci::DarcyOptions& options) {
+  sci::check_darcy_options(options, world_size());  // the same on every rank: before any collective
+  const Communicator comm(MPI_COMM_WORLD, GridShape{1, 1, 1, world_size()});
+  const sci::DarcySummary s = sci::prepare_darcy(comm, options);
+  if (comm.is_root())
+    std::cout << fmt::format("wrote {}: {} train and {} test Darcy samples of {} x {} on {} rank(s); conjugate "
+                             "gradients took at most {} iterations to a relative residual <= {:.3g}\n",
+                             options.out, options.train, options.test, options.size, options.size, world_size(),
+                             s.most_iterations, s.worst_residual);
   return 0;
 }
 

@@ -5,6 +5,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
+#include "sci/darcy_dataset.hpp"
 
 namespace tessera::cli {
 
@@ -33,6 +34,8 @@ int check(const DeckArgs& args, int ranks, int ranks_per_node);
 int eval(const DeckArgs& args, const std::string& checkpoint);
 int prepare_fashion_mnist(const std::string& out, const std::string& source);
 int prepare_text(const std::vector<std::string>& inputs, const std::string& out, double val_fraction);
+/// `tessera prepare darcy`: every rank of the world solves and writes its block of rows of each sample.
+int prepare_darcy(const sci::DarcyOptions& options);
 int inspect(const std::string& checkpoint);
 
 
