@@ -60,6 +60,9 @@ void write_split(const Communicator& comm, io::FieldWriter& out, const std::stri
   const auto n = std::uint64_t(count), H = std::uint64_t(o.size);
   out.create("/" + split + "/inputs", {n, 1, H, H});
   out.create("/" + split + "/targets", {n, 1, H, H});
+  // Readers map the inputs to x * scale + offset: 3 -> -1, 12 -> +1.
+  out.write_float_attr("/" + split + "/inputs", "scale", float(2.0 / (kHigh - kLow)));
+  out.write_float_attr("/" + split + "/inputs", "offset", float(-(kHigh + kLow) / (kHigh - kLow)));
   const double h = 1.0 / (o.size + 1);
   const auto ys = points(b.row0, b.rows, 1.0, h), xs = points(0, o.size, 1.0, h);
   const auto face_x = points(0, o.size + 1, 0.5, h), face_y = points(b.row0, b.rows + 1, 0.5, h);

@@ -33,7 +33,7 @@ const std::string& darcy() {
 std::string unet() {
   return "--set data.path=" + darcy() +
          " --set model.kind=unet --set model.channels=[4,8] --set train.global_batch=8 --set eval.batch=8"
-         " --set optimizer.lr=0.01";
+         " --set optimizer.lr=0.005";
 }
 
 TEST(UNet, SpatialDataAndZeroLayoutsTrainTheSameModel) {
