@@ -6,9 +6,9 @@
 //   top    (B, C, P, W)  rows r0-P .. r0-1 (the rank above's last P rows), or null: zeros
 //   bottom (B, C, P, W)  rows r0+h .. r0+h+P-1 (the rank below's first P rows), or null: zeros
 // Columns are zero-padded (the block holds whole rows). Deterministic, no atomics:
-//   im2col_rows  one thread per (sample, column row, output position) of the rows asked for
-//   col2im_rows  one thread per element of x and of the halos, gathering the k*k positions that
-//                read it (the halos' gradients go back to the ranks that own those rows)
+//   im2col_rows  one thread per (sample, column row, output row) of the rows asked for
+//   col2im_rows  one thread per row of x and of the halos, gathering the k*k shifted column rows
+//                that read it (the halos' gradients go back to the ranks that own those rows)
 //   pack_rows / add_rows  copy P rows of each (sample, channel) plane out, or add them in
 #include "kernels/conv2d.hpp"
 #include "kernels/views.hpp"
@@ -18,31 +18,42 @@ namespace tessera::kernels {
 /// \brief col (B, C*k*k, h*W) at output rows [y0, y1) only (positions [y0*W, y1*W)):
 /// col[b][(c*k + ky)*k + kx][y*W + x] = x[b][c][y + ky - P][x + kx - P], the row from the block,
 /// top or bottom, zero outside the field. s.height is the block's rows h, s.pad is P (<= h).
+/// One thread per (sample, column row, output row), copying a shifted row of W values.
 template <class T>
 void im2col_rows(const ExecSpace& exec, const ConvShape& s, const T* x, const T* top, const T* bottom,
                  T* col, Index batch, Index y0, Index y1) {
   const Index K = s.kernel, P = s.pad, H = s.height, W = s.width, rows = s.rows(), pos = s.positions();
-  const Index img = s.channels * H * W, halo = s.channels * P * W, n = (y1 - y0) * W;
-  if (n <= 0) return;
+  const Index img = s.channels * H * W, halo = s.channels * P * W, ny = y1 - y0;
+  if (ny <= 0) return;
   Kokkos::parallel_for(
-      "tessera::im2col_rows", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * rows * n),
+      "tessera::im2col_rows", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * rows * ny),
       KOKKOS_LAMBDA(const Index i) {
-        const Index p = y0 * W + i % n, r = (i / n) % rows, b = i / (n * rows);
+        const Index yo = y0 + i % ny, r = (i / ny) % rows, b = i / (ny * rows);
         const Index kx = r % K, ky = (r / K) % K, c = r / (K * K);
-        const Index y = p / W + ky - P, xx = p % W + kx - P;
-        T v = T(0);
-        if (xx >= 0 && xx < W) {
-          if (y >= 0 && y < H) v = x[b * img + (c * H + y) * W + xx];
-          else if (y < 0 && top != nullptr) v = top[b * halo + (c * P + P + y) * W + xx];
-          else if (y >= H && bottom != nullptr) v = bottom[b * halo + (c * P + y - H) * W + xx];
+        const Index y = yo + ky - P, shift = kx - P;
+        const T* src = nullptr;
+        if (y >= 0 && y < H) src = x + b * img + (c * H + y) * W;
+        else if (y < 0 && top != nullptr) src = top + b * halo + (c * P + P + y) * W;
+        else if (y >= H && bottom != nullptr) src = bottom + b * halo + (c * P + y - H) * W;
+        T* dst = col + (b * rows + r) * pos + yo * W;
+        if (src == nullptr) {
+          for (Index xo = 0; xo < W; ++xo) dst[xo] = T(0);
+          return;
         }
-        col[(b * rows + r) * pos + p] = v;
+        // Output columns whose input column xo + shift lies inside [0, W).
+        // (Clamped to [0, W]: a kernel may be wider than the field.)
+        const Index lo = -shift < 0 ? 0 : (-shift > W ? W : -shift);
+        const Index end = W - shift > W ? W : W - shift, hi = end < lo ? lo : end;
+        for (Index xo = 0; xo < lo; ++xo) dst[xo] = T(0);
+        for (Index xo = lo; xo < hi; ++xo) dst[xo] = src[xo + shift];
+        for (Index xo = hi; xo < W; ++xo) dst[xo] = T(0);
       });
 }
 
 /// \brief The adjoint of im2col_rows over all h rows: dx (B, C, h, W) (overwritten) gathers the
 /// column entries that read each of its elements; dtop and dbottom (B, C, P, W) (overwritten
-/// where not null) those that read the halo rows.
+/// where not null) those that read the halo rows. One thread per (sample, channel, row of the
+/// extended block), summing its k*k shifted column rows in a fixed order.
 template <class T>
 void col2im_rows(const ExecSpace& exec, const ConvShape& s, const T* dcol, T* dx, T* dtop, T* dbottom,
                  Index batch) {
@@ -50,25 +61,28 @@ void col2im_rows(const ExecSpace& exec, const ConvShape& s, const T* dcol, T* dx
   const Index img = s.channels * H * W, halo = s.channels * P * W, ext = H + 2 * P;
   Kokkos::parallel_for(
       "tessera::col2im_rows",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * s.channels * ext * W),
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * s.channels * ext),
       KOKKOS_LAMBDA(const Index i) {
         // Row y of the extended block: -P .. h+P-1.
-        const Index xx = i % W, y = (i / W) % ext - P, c = (i / (W * ext)) % s.channels, b = i / (W * ext * s.channels);
-        T* out = y < 0 ? dtop : y >= H ? dbottom : dx;
+        const Index y = i % ext - P, c = (i / ext) % s.channels, b = i / (ext * s.channels);
+        T* out = nullptr;
+        if (y < 0) out = dtop == nullptr ? nullptr : dtop + b * halo + (c * P + P + y) * W;
+        else if (y >= H) out = dbottom == nullptr ? nullptr : dbottom + b * halo + (c * P + y - H) * W;
+        else out = dx + b * img + (c * H + y) * W;
         if (out == nullptr) return;
-        T sum = T(0);
+        for (Index xx = 0; xx < W; ++xx) out[xx] = T(0);
         for (Index ky = 0; ky < K; ++ky) {
           const Index oy = y - ky + P;
           if (oy < 0 || oy >= H) continue;
           for (Index kx = 0; kx < K; ++kx) {
-            const Index ox = xx - kx + P;
-            if (ox < 0 || ox >= W) continue;
-            sum += dcol[(b * rows + (c * K + ky) * K + kx) * pos + oy * W + ox];
+            // out[xx] += dcol[r][oy*W + xx - shift] where that output column lies in [0, W).
+            const Index shift = kx - P;
+            const T* src = dcol + (b * rows + (c * K + ky) * K + kx) * pos + oy * W;
+            const Index lo = shift < 0 ? 0 : (shift > W ? W : shift);
+            const Index end = W + shift < W ? W + shift : W, hi = end < lo ? lo : end;
+            for (Index xx = lo; xx < hi; ++xx) out[xx] += src[xx - shift];
           }
         }
-        if (y < 0) out[b * halo + (c * P + P + y) * W + xx] = sum;
-        else if (y >= H) out[b * halo + (c * P + y - H) * W + xx] = sum;
-        else out[b * img + (c * H + y) * W + xx] = sum;
       });
 }
 
