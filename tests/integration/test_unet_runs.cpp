@@ -53,6 +53,15 @@ TEST(UNet, RelativeL2ErrorIsReported) {
   EXPECT_NE(summary.find("\"test_rel_l2\""), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"halo\""), std::string::npos) << summary;
   EXPECT_NE(read_file(dir + "/log.txt").find("relative L2 error"), std::string::npos);
+  // `tessera eval` of its checkpoint on 1 rank and on 2 spatial ranks: the same test loss.
+  const std::string ckpt = " --checkpoint " + dir + "/checkpoints/step_00000030.h5";
+  const RunResult e1 = tessera(1, "eval " + test_deck() + " " + unet() + ckpt);
+  const RunResult e2 = tessera(2, "eval " + test_deck() + " " + unet() + " --set parallel.spatial=2" + ckpt);
+  ASSERT_EQ(e1.exit_code, 0) << e1.output;
+  ASSERT_EQ(e2.exit_code, 0) << e2.output;
+  const auto line = [](const std::string& out) { return out.substr(out.find(": test loss")); };
+  EXPECT_EQ(line(e1.output), line(e2.output));
+  EXPECT_NE(e1.output.find("relative L2 error"), std::string::npos) << e1.output;
 }
 
 TEST(UNet, CheckpointsResumeUnderAnotherSpatialSplit) {
