@@ -115,12 +115,24 @@ void select_range(Column& c, std::int64_t first, std::int64_t count) {
   select_ranges(c, {RowRange{first, count}});
 }
 
+std::size_t set_block(Column& c, int axis, hsize_t begin, hsize_t count) {
+  c.block_axis = axis;
+  c.block_begin = begin;
+  c.block_count = count;
+  return row_elements(c.dims) / static_cast<std::size_t>(c.dims[static_cast<std::size_t>(axis)]) *
+         static_cast<std::size_t>(count);
+}
+
 void select_ranges(Column& c, const std::vector<RowRange>& ranges) {
   if (ranges.empty()) {
     TESSERA_H5(H5Sselect_none(c.file_space));
     return;
   }
   std::vector<hsize_t> start(c.dims.size(), 0), extent = c.dims;
+  if (c.block_axis > 0) {
+    start[static_cast<std::size_t>(c.block_axis)] = c.block_begin;
+    extent[static_cast<std::size_t>(c.block_axis)] = c.block_count;
+  }
   H5S_seloper_t op = H5S_SELECT_SET;
   for (const RowRange& range : ranges) {
     start[0] = static_cast<hsize_t>(range.first);
@@ -143,7 +155,15 @@ void read_selected(Column& c, std::size_t nrows, hid_t xfer) {
 
 void fill_cache(Column& c, hid_t xfer) {
   c.cache.resize(static_cast<std::size_t>(c.rows()) * c.row_bytes);
-  TESSERA_H5(H5Dread(c.dataset, c.mem_type, H5S_ALL, H5S_ALL, xfer, c.cache.data()));
+  if (c.block_axis < 0) {
+    TESSERA_H5(H5Dread(c.dataset, c.mem_type, H5S_ALL, H5S_ALL, xfer, c.cache.data()));
+    return;
+  }
+  // This rank's block of every row.
+  select_ranges(c, {RowRange{0, c.rows()}});
+  const hsize_t elems = static_cast<hsize_t>(c.rows()) * c.row_elems();
+  h5::Dataspace memory(TESSERA_H5(H5Screate_simple(1, &elems, nullptr)));
+  TESSERA_H5(H5Dread(c.dataset, c.mem_type, memory, c.file_space, xfer, c.cache.data()));
 }
 
 std::optional<Found> first_found(MPI_Comm comm, std::optional<Found> mine) {

@@ -45,10 +45,19 @@ struct Column {
   std::size_t row_bytes = 0;         ///< set by the caller
   std::vector<std::uint8_t> cache;   ///< every row, when cached
   std::vector<std::uint8_t> buffer;  ///< the rows of the last read, in increasing row order
+  /// Where reads take only a block of each row: indices [block_begin, block_begin + block_count)
+  /// along axis block_axis (> 0) and the whole of every other axis; -1: whole rows. row_bytes is
+  /// then the block's bytes.
+  int block_axis = -1;
+  hsize_t block_begin = 0, block_count = 0;
 
   std::int64_t rows() const { return static_cast<std::int64_t>(dims[0]); }
   std::size_t row_elems() const { return row_bytes / H5Tget_size(mem_type); }
 };
+
+/// \brief Makes reads of c take only indices [begin, begin + count) along `axis` (> 0) of each
+/// row; returns the elements of one row's block (the caller sets row_bytes from it).
+std::size_t set_block(Column& c, int axis, hsize_t begin, hsize_t count);
 
 /// \brief Opens dataset name (which must exist) and records its shape; the caller sets mem_type
 /// and row_bytes. Fails (h5::fail_with) where the dataset does not store what its shape declares

@@ -61,6 +61,7 @@ struct SupervisedSplit::Impl {
   }
   void open_inputs();
   void open_answers();
+  void apply_block(Column& c);
   void scan_labels();
   void fill_caches(std::uint64_t cache_limit);
   void check_rows(const Column& c, std::span<const std::int64_t> which, const std::uint8_t* raw) const;
@@ -108,6 +109,22 @@ void SupervisedSplit::Impl::open_inputs() {
                                  info.scale, info.offset));
 }
 
+// Makes reads of c take this rank's block of rows of each sample (info.block).
+void SupervisedSplit::Impl::apply_block(Column& c) {
+  const RowBlock b = info.block;
+  if (b.parts <= 1) return;
+  const auto axis = c.dims.size() - 2;
+  if (c.dims.size() < 3 || c.dims[axis] % static_cast<hsize_t>(b.parts) != 0)
+    throw InputError(fmt::format(
+        "{} has shape {}: parallel.spatial = {} splits each sample's grid into blocks of rows (axis H of "
+        "[N, C, H, W]), {}", where(c.name), shape_text(c.dims), b.parts,
+        c.dims.size() < 3 ? "but its samples have no rows and columns"
+                          : fmt::format("but {} does not divide H = {}", b.parts, c.dims[axis])));
+  const hsize_t height = c.dims[axis] / static_cast<hsize_t>(b.parts);
+  const std::size_t elems = set_block(c, static_cast<int>(axis), height * static_cast<hsize_t>(b.part), height);
+  c.row_bytes = elems * H5Tget_size(c.mem_type);
+}
+
 void SupervisedSplit::Impl::open_answers() {
   const std::string labels_name = "/" + info.split + "/labels";
   const std::string targets_name = "/" + info.split + "/targets";
@@ -149,8 +166,17 @@ void SupervisedSplit::Impl::open_answers() {
     }
     answers.mem_type = H5T_NATIVE_FLOAT;
     info.target_width = static_cast<std::int64_t>(row_elements(answers.dims));
+    info.target_shape.assign(answers.dims.begin() + 1, answers.dims.end());
   }
   answers.row_bytes = row_elements(answers.dims) * H5Tget_size(answers.mem_type);
+  if (has_labels && info.block.parts > 1)
+    throw InputError(fmt::format("{} holds class labels, but parallel.spatial = {} splits each sample's grid: "
+                                 "a block of a sample has no class of its own (spatial parallelism needs "
+                                 "targets, fields of [N, C, H, W])", where(name), info.block.parts));
+  apply_block(inputs);
+  apply_block(answers);
+  info.local_features = static_cast<std::int64_t>(inputs.row_elems());
+  info.local_target_width = has_labels ? 0 : static_cast<std::int64_t>(answers.row_elems());
   if (answers.rows() != inputs.rows()) {
     throw InputError(fmt::format("{} has {} rows but {} has {}", where(name), answers.rows(),
                                  inputs.name, inputs.rows()));
@@ -203,7 +229,8 @@ void SupervisedSplit::Impl::scan_labels() {
 // Collective: reads every row of inputs and answers into this rank's memory, once it is clear
 // they fit in cache_limit bytes, and checks them.
 void SupervisedSplit::Impl::fill_caches(std::uint64_t cache_limit) {
-  const std::uint64_t bytes = h5::declared_bytes(inputs.dataset) + h5::declared_bytes(answers.dataset);
+  // Every row's block (the whole row where there is no block).
+  const std::uint64_t bytes = static_cast<std::uint64_t>(info.samples) * (inputs.row_bytes + answers.row_bytes);
   if (bytes > cache_limit)
     throw InputError(fmt::format("{}: caching split /{} takes {:.3g} GB on every rank, more than the "
                                  "{:.3g} GB each rank of this node may use; set data.cache = false "
@@ -283,12 +310,13 @@ void SupervisedSplit::Impl::plan(std::span<const std::int64_t> indices) {
 }
 
 SupervisedSplit::SupervisedSplit(MPI_Comm comm, const std::string& path, const std::string& split,
-                                 bool cache, std::uint64_t cache_limit)
+                                 bool cache, std::uint64_t cache_limit, RowBlock block)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.comm = comm;
   s.info.file = path;
   s.info.split = split;
+  s.info.block = block;
   s.cached = cache;
   const h5::InputScope scope(path);
   s.file = open_agreed(comm, path);
@@ -331,7 +359,7 @@ void SupervisedSplit::read(std::span<const std::int64_t> indices, float* inputs,
   }
 
   // Scatter to the caller's order, mapping inputs to x*scale + offset.
-  const auto features = static_cast<std::size_t>(s.info.features);
+  const auto features = static_cast<std::size_t>(s.info.local_features);
   const bool u8 = s.inputs.mem_type == H5T_NATIVE_UINT8;
   const float scale = s.info.scale, offset = s.info.offset;
   for (std::size_t i = 0; i < n; ++i) {
@@ -347,14 +375,14 @@ void SupervisedSplit::read(std::span<const std::int64_t> indices, float* inputs,
     if (s.info.has_labels) {
       labels[i] = static_cast<std::int32_t>(s.load_label(answer, 0));  // checked: check_rows
     } else {
-      std::memcpy(targets + i * static_cast<std::size_t>(s.info.target_width), answer,
+      std::memcpy(targets + i * static_cast<std::size_t>(s.info.local_target_width), answer,
                   s.answers.row_bytes);
     }
   }
 }
 
 std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const std::string& split,
-                                  std::int64_t context, bool cache, std::uint64_t cache_limit) {
+                                  std::int64_t context, bool cache, std::uint64_t cache_limit, RowBlock block) {
   const h5::InputScope scope(path);
   bool tokens = false;
   {
@@ -370,8 +398,12 @@ std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const 
           group, group, group, group));
     });
   }
+  if (tokens && block.parts > 1)
+    throw InputError(fmt::format("{}: /{} holds tokens (a language dataset), but parallel.spatial = {} splits "
+                                 "each sample's grid; spatial parallelism needs fields of [N, C, H, W]",
+                                 path, split, block.parts));
   if (tokens) return std::make_unique<TokenSplit>(comm, path, split, context, cache, cache_limit);
-  return std::make_unique<SupervisedSplit>(comm, path, split, cache, cache_limit);
+  return std::make_unique<SupervisedSplit>(comm, path, split, cache, cache_limit, block);
 }
 
 }  // namespace tessera::io

@@ -13,6 +13,13 @@
 
 namespace tessera::io {
 
+/// A block of every sample's grid: the second-to-last axis of inputs and targets (H of
+/// [N, C, H, W]) cut into `parts` equal blocks of rows, of which a rank reads block `part`
+/// (parallel.spatial). parts = 1: whole samples.
+struct RowBlock {
+  int parts = 1, part = 0;
+};
+
 /// What a split holds, as validated when it was opened.
 struct SplitInfo {
   std::string file, split;
@@ -22,6 +29,10 @@ struct SplitInfo {
   bool has_labels = false;                 ///< labels [N] integer; otherwise targets [N,...] float32
   std::int64_t classes = 0;                ///< labels: attribute "classes", else max label + 1
   std::int64_t target_width = 0;           ///< targets: product of shape without N
+  std::vector<std::int64_t> target_shape;  ///< targets: shape without N
+  RowBlock block;                          ///< the rows of each sample a rank reads
+  std::int64_t local_features = 0;         ///< values per sample read() returns (the block's)
+  std::int64_t local_target_width = 0;     ///< targets per sample read() returns (the block's)
   float scale = 1.0f, offset = 0.0f;       ///< inputs map to x*scale + offset
   std::int64_t label_width = 1;            ///< labels per sample (a token window: one per position)
 };
@@ -34,9 +45,9 @@ class Split {
   /// \brief Reads the samples `indices` (global, any order, duplicates allowed, possibly none)
   /// into host memory; row i of each output is sample indices[i]. Must be called on every rank
   /// of the split's communicator the same number of times (a collective read).
-  /// \param inputs indices.size() x features floats, already x*scale + offset
+  /// \param inputs indices.size() x local_features floats, already x*scale + offset
   /// \param labels indices.size() x label_width ints if info().has_labels, else may be null
-  /// \param targets indices.size() x target_width floats if !info().has_labels, else may be null
+  /// \param targets indices.size() x local_target_width floats if !info().has_labels, else may be null
   /// An index outside [0, samples) is a bug in the caller: std::out_of_range on that rank.
   virtual void read(std::span<const std::int64_t> indices, float* inputs, std::int32_t* labels,
                     float* targets) = 0;
@@ -58,8 +69,11 @@ class SupervisedSplit final : public Split {
   /// serves rows from memory.
   /// \param cache_limit the most bytes the cache may take on this rank; a larger split is an
   /// InputError that suggests data.cache = false.
+  /// \param block with parts > 1, read only this block of rows of each sample (inputs and
+  /// targets of rank >= 3 whose second-to-last extent parts divides, else an InputError naming
+  /// the dataset; labels are refused: a block has no class of its own).
   SupervisedSplit(MPI_Comm comm, const std::string& path, const std::string& split, bool cache,
-                  std::uint64_t cache_limit = kNoCacheLimit);
+                  std::uint64_t cache_limit = kNoCacheLimit, RowBlock block = {});
   ~SupervisedSplit();
   SupervisedSplit(SupervisedSplit&&) noexcept;
   SupervisedSplit& operator=(SupervisedSplit&&) noexcept;
@@ -79,8 +93,9 @@ class SupervisedSplit final : public Split {
 /// every rank of comm; on bad input every rank throws the same InputError naming the file and the
 /// group or dataset: a missing file or group, or a group with neither `inputs` nor `tokens`, says
 /// what each layout expects.
+/// A block (RowBlock, parts > 1) applies to a supervised split; a language split refuses it.
 std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const std::string& split,
                                   std::int64_t context, bool cache,
-                                  std::uint64_t cache_limit = kNoCacheLimit);
+                                  std::uint64_t cache_limit = kNoCacheLimit, RowBlock block = {});
 
 }  // namespace tessera::io

@@ -185,6 +185,7 @@ TokenSplit::TokenSplit(MPI_Comm comm, const std::string& path, const std::string
   s.info.samples = (s.tokens.rows() - 1) / context;
   s.info.sample_shape = {context};
   s.info.features = context;
+  s.info.local_features = context;
   s.info.has_labels = true;
   s.info.classes = s.vocab;
   s.info.target_width = 0;

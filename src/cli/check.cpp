@@ -83,19 +83,20 @@ Plan plan_placement(const Config& cfg, int ranks, int ranks_per_node) {
     set_blas_threads(cfg, comm);
     const ThreadSetup threads = current_thread_setup();
     return {gather_placement(comm, cfg.parallel.data, cfg.parallel.tensor, threads.blas.threads,
-                             threads.host_threads),
+                             threads.host_threads, cfg.parallel.spatial),
             "the ranks running this check"};
   }
   if (auto plan = slurm_plan(cfg, ranks)) return *plan;
   return {{}, ""};
 }
 
-// Which world ranks form each group of the grid rank = t + tp*(d + dp*p), on which hosts.
+// Which world ranks form each group of the grid rank = s + sp*(t + tp*(d + dp*p)), on which hosts.
 void print_groups(const Config& cfg, int ranks, const Plan& plan) {
-  const int dp = cfg.parallel.data, tp = cfg.parallel.tensor, pp = cfg.parallel.pipeline;
-  std::cout << fmt::format("layout: data {} x tensor {} x pipeline {} = {} ranks, micro-batches {}, zero {}\n",
-                           dp, tp, pp, ranks, cfg.parallel.micro_batches, cfg.parallel.zero);
-  for (const auto& g : grid_groups(dp, tp, pp))
+  const int dp = cfg.parallel.data, tp = cfg.parallel.tensor, pp = cfg.parallel.pipeline, sp = cfg.parallel.spatial;
+  std::cout << fmt::format("layout: data {} x tensor {} x pipeline {}{} = {} ranks, micro-batches {}, zero {}\n",
+                           dp, tp, pp, sp > 1 ? fmt::format(" x spatial {}", sp) : "", ranks,
+                           cfg.parallel.micro_batches, cfg.parallel.zero);
+  for (const auto& g : grid_groups(dp, tp, pp, sp))
     std::cout << fmt::format("  {}: ranks [{}]{}\n", g.name, fmt::join(g.ranks, ","),
                              plan.places.empty()
                                  ? std::string()
@@ -105,9 +106,9 @@ void print_groups(const Config& cfg, int ranks, const Plan& plan) {
                  "--ranks-per-node)\n";
     return;
   }
-  const auto lines = describe_placement(plan.places, dp, tp, pp);
+  const auto lines = describe_placement(plan.places, dp, tp, pp, sp);
   std::cout << fmt::format("placement from {}: {}\n", plan.source, lines.front().substr(7));  // after "ranks: "
-  for (const auto& w : placement_warnings(plan.places, dp, tp, pp)) std::cout << w << '\n';
+  for (const auto& w : placement_warnings(plan.places, dp, tp, pp, sp)) std::cout << w << '\n';
 }
 
 void print_estimate(const Config& cfg, const ModelShape& shape, const MemoryEstimate& e,

@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "core/version.hpp"
 #include "io/prepare_text.hpp"
+#include "sci/darcy_dataset.hpp"
 
 namespace tessera::cli {
 
@@ -135,6 +136,18 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   text_cmd->add_option("inputs", text_inputs, "text files, concatenated in this order")->required();
 
+  sci::DarcyOptions darcy;
+  auto* darcy_cmd = prepare_cmd->add_subcommand(
+      "darcy", "Darcy flow fields (-div(a grad u) = 1, a random two-phase permeability) solved by Tessera: /train, /test");
+  darcy_cmd->footer("Under mpirun the ranks split every sample's rows (as parallel.spatial does): each solves and "
+                    "writes its block. Layout and solver: docs/data.md.");
+  darcy_cmd->add_option("--out", darcy.out, "output HDF5 file")->required();
+  darcy_cmd->add_option("--size", darcy.size, "interior grid nodes per side (H = W)")->capture_default_str();
+  darcy_cmd->add_option("--train", darcy.train, "training samples")->capture_default_str();
+  darcy_cmd->add_option("--test", darcy.test, "test samples")->capture_default_str();
+  darcy_cmd->add_option("--seed", darcy.seed, "seed of the permeability fields")->capture_default_str();
+  darcy_cmd->add_option("--tolerance", darcy.tolerance, "conjugate gradients' relative residual")->capture_default_str();
+
   auto* inspect_cmd = app.add_subcommand("inspect", "print a checkpoint's attributes and tensors");
   inspect_cmd->add_option("checkpoint", checkpoint, "checkpoint file")->required();
 
@@ -218,6 +231,7 @@ int run(int argc, char** argv) {
     if (*generate_cmd) return generate(gen);
     if (*fmnist_cmd) return prepare_fashion_mnist(out, source);
     if (*text_cmd) return prepare_text(text_inputs, out, val_fraction);
+    if (*darcy_cmd) return prepare_darcy(darcy);
     if (*inspect_cmd) return inspect(checkpoint);
     if (*diff_cmd) return diff(diff_args);
     if (*doctor_cmd) return doctor(run_dir);

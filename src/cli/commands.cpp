@@ -20,6 +20,7 @@
 #include "io/inspect.hpp"
 #include "io/prepare.hpp"
 #include "io/prepare_text.hpp"
+#include "sci/darcy_dataset.hpp"
 #include "train/checkpointer.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/placement.hpp"
@@ -61,9 +62,11 @@ std::unique_ptr<comm::Watchdog> start_watchdog(const Config& cfg, const Communic
   who.data = comm.coord().data;
   who.tensor = comm.coord().tensor;
   who.pipeline = comm.coord().pipeline;
+  who.spatial = comm.coord().spatial;
   who.dp = comm.dp();
   who.tp = comm.tp();
   who.pp = comm.pp();
+  who.sp = comm.sp();
   who.timeout_s = cfg.comm.timeout_s;
   return std::make_unique<comm::Watchdog>(comm::WatchdogSetup{who, [] { return stop_signal(); }});
 }
@@ -102,10 +105,14 @@ Config load_config(const DeckArgs& args, int ranks) {
   return cfg;
 }
 
+GridShape grid_shape(const Config& cfg) {
+  const auto& p = cfg.parallel;
+  return GridShape{p.data, p.tensor, p.pipeline, p.spatial};
+}
+
 int train(const DeckArgs& args, const std::string& resume) {
   const Config cfg = load_config(args, world_size());
-  const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
-                          cfg.comm, kBuffers);
+  const Communicator comm(MPI_COMM_WORLD, grid_shape(cfg), cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
   blas::set_gemm_library(cfg.run.gemm);
   install_stop_handlers();
@@ -117,8 +124,7 @@ int train(const DeckArgs& args, const std::string& resume) {
 
 int eval(const DeckArgs& args, const std::string& checkpoint) {
   const Config cfg = load_config(args, world_size());
-  const Communicator comm(MPI_COMM_WORLD, cfg.parallel.data, cfg.parallel.tensor, cfg.parallel.pipeline,
-                          cfg.comm, kBuffers);
+  const Communicator comm(MPI_COMM_WORLD, grid_shape(cfg), cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
   blas::set_gemm_library(cfg.run.gemm);
   blas::set_matmul_precision(cfg.train.precision);
@@ -127,7 +133,7 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
     {
       const auto watch = comm.watch("dataset open", Group::data);
       split = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.test_split, cfg.model.context,
-                             cfg.data.cache, data_cache_limit(comm));
+                             cfg.data.cache, data_cache_limit(comm), io::RowBlock{comm.sp(), comm.rank(Group::spatial)});
     }
     io::Split& test = *split;
     const ModelShape shape = model_shape(cfg, test.info());
@@ -147,9 +153,10 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
                                                   e.samples, cfg.model.context)
                                     : fmt::format("{} samples", e.samples);
     if (comm.is_root())
-      std::cout << fmt::format("eval {} on {} /{}: test loss {:.9g}{} ({})\n", checkpoint, cfg.data.path,
+      std::cout << fmt::format("eval {} on {} /{}: test loss {:.9g}{}{} ({})\n", checkpoint, cfg.data.path,
                                cfg.data.test_split, e.loss,
                                std::isnan(e.accuracy) ? std::string() : fmt::format(" accuracy {:.6f}", e.accuracy),
+                               std::isnan(e.rel_l2) ? std::string() : fmt::format(" relative L2 error {:.6f}", e.rel_l2),
                                samples);
     return 0;
   });
@@ -173,6 +180,18 @@ int prepare_text(const std::vector<std::string>& inputs, const std::string& out,
     std::cout << fmt::format("wrote {}: {} train and {} val byte tokens from {} file{}\n", out, splits.train,
                              splits.val, inputs.size(), inputs.size() == 1 ? "" : "s");
   });
+  return 0;
+}
+
+int prepare_darcy(const sci::DarcyOptions& options) {
+  sci::check_darcy_options(options, world_size());  // the same on every rank: before any collective
+  const Communicator comm(MPI_COMM_WORLD, GridShape{1, 1, 1, world_size()});
+  const sci::DarcySummary s = sci::prepare_darcy(comm, options);
+  if (comm.is_root())
+    std::cout << fmt::format("wrote {}: {} train and {} test Darcy samples of {} x {} on {} rank(s); conjugate "
+                             "gradients took at most {} iterations to a relative residual <= {:.3g}\n",
+                             options.out, options.train, options.test, options.size, options.size, world_size(),
+                             s.most_iterations, s.worst_residual);
   return 0;
 }
 

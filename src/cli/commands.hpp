@@ -5,6 +5,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
+#include "sci/darcy_dataset.hpp"
 
 namespace tessera::cli {
 
@@ -20,6 +21,9 @@ int world_size();
 /// Loads the deck with its overrides and resolves the layout for `ranks`; throws InputError.
 Config load_config(const DeckArgs& args, int ranks);
 
+/// The process grid of a resolved deck: parallel.data, tensor, pipeline and spatial.
+GridShape grid_shape(const Config& cfg);
+
 /// \brief Sets this rank's BLAS threads: run.blas_threads, or the cores this rank may use shared
 /// among its node's ranks (train/placement.hpp's blas_threads_for).
 void set_blas_threads(const Config& cfg, const Communicator& comm);
@@ -30,6 +34,8 @@ int check(const DeckArgs& args, int ranks, int ranks_per_node);
 int eval(const DeckArgs& args, const std::string& checkpoint);
 int prepare_fashion_mnist(const std::string& out, const std::string& source);
 int prepare_text(const std::vector<std::string>& inputs, const std::string& out, double val_fraction);
+/// `tessera prepare darcy`: every rank of the world solves and writes its block of rows of each sample.
+int prepare_darcy(const sci::DarcyOptions& options);
 int inspect(const std::string& checkpoint);
 
 

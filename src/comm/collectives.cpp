@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "comm/communicator.hpp"
+#include "comm/mpi_type.hpp"
 
 namespace tessera {
 
@@ -109,13 +110,40 @@ PendingOp Communicator::iallgather(const float* send, float* recv, std::size_t c
   return PendingOp(r, id);
 }
 
-PendingOp Communicator::isend(const float* data, std::size_t n, int dest, int tag, Group g) const {
+template <class T>
+PendingOp Communicator::isend_impl(const T* data, std::size_t n, int dest, int tag, Group g) const {
   const int count = mpi_count(n, "isend");
   const std::uint64_t id = comm::flight_recorder().begin_p2p("send", handle(g), world_rank_in(g, dest), dest,
-                                                             true, n * sizeof(float), false);
+                                                             true, n * sizeof(T), false);
   MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Isend(data, count, MPI_FLOAT, dest, tag, handle(g), &r));
+  MPI_CHECK(MPI_Isend(data, count, mpi_type<T>(), dest, tag, handle(g), &r));
   return PendingOp(r, id);
+}
+
+template <class T>
+PendingOp Communicator::irecv_impl(T* data, std::size_t n, int source, int tag, Group g) const {
+  const int count = mpi_count(n, "irecv");
+  const std::uint64_t id = comm::flight_recorder().begin_p2p("recv", handle(g), world_rank_in(g, source), source,
+                                                             false, n * sizeof(T), false);
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Irecv(data, count, mpi_type<T>(), source, tag, handle(g), &r));
+  return PendingOp(r, id);
+}
+
+PendingOp Communicator::isend(const float* data, std::size_t n, int dest, int tag, Group g) const {
+  return isend_impl(data, n, dest, tag, g);
+}
+
+PendingOp Communicator::isend(const double* data, std::size_t n, int dest, int tag, Group g) const {
+  return isend_impl(data, n, dest, tag, g);
+}
+
+PendingOp Communicator::irecv(float* data, std::size_t n, int source, int tag, Group g) const {
+  return irecv_impl(data, n, source, tag, g);
+}
+
+PendingOp Communicator::irecv(double* data, std::size_t n, int source, int tag, Group g) const {
+  return irecv_impl(data, n, source, tag, g);
 }
 
 void Communicator::recv(float* data, std::size_t n, int source, int tag, Group g) const {

@@ -43,7 +43,10 @@ Answer weakest_answer(Answer mine, MPI_Comm comm) {
 
 Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp, const CommConfig& comm,
                            BufferSpace buffers)
-    : dp_(dp), tp_(tp), pp_(pp), mpi_cuda_(detect_mpi_cuda_support()) {
+    : Communicator(world, GridShape{dp, tp, pp, 1}, comm, buffers) {}
+
+Communicator::Communicator(MPI_Comm world, GridShape grid, const CommConfig& comm, BufferSpace buffers)
+    : dp_(grid.dp), tp_(grid.tp), pp_(grid.pp), sp_(grid.sp), mpi_cuda_(detect_mpi_cuda_support()) {
   set_allreduce(comm.allreduce, static_cast<std::size_t>(comm.ring_segment_kb) * 1024);
   // Choose the backend before any communicator exists: a refusal is the same on every rank.
   mpi_cuda_.run_time = weakest_answer(mpi_cuda_.run_time, world);
@@ -56,31 +59,35 @@ Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp, const CommCon
   MPI_CHECK(MPI_Comm_dup(world, &world_));
   MPI_CHECK(MPI_Comm_rank(world_, &world_rank_));
   MPI_CHECK(MPI_Comm_size(world_, &world_size_));
-  if (dp * tp * pp != world_size_)
-    throw std::logic_error(fmt::format("Communicator: dp*tp*pp = {} but world has {} ranks",
-                                       dp * tp * pp, world_size_));
-  // rank = t + tp*(d + dp*p)
-  coord_.tensor = world_rank_ % tp_;
-  coord_.data = (world_rank_ / tp_) % dp_;
-  coord_.pipeline = world_rank_ / (tp_ * dp_);
-  const int d = coord_.data, t = coord_.tensor, p = coord_.pipeline;
+  if (static_cast<long long>(dp_) * tp_ * pp_ * sp_ != world_size_)
+    throw std::logic_error(fmt::format("Communicator: dp*tp*pp*sp = {} but world has {} ranks",
+                                       static_cast<long long>(dp_) * tp_ * pp_ * sp_, world_size_));
+  // rank = s + sp*(t + tp*(d + dp*p))
+  coord_.spatial = world_rank_ % sp_;
+  coord_.tensor = (world_rank_ / sp_) % tp_;
+  coord_.data = (world_rank_ / (sp_ * tp_)) % dp_;
+  coord_.pipeline = world_rank_ / (sp_ * tp_ * dp_);
+  const int d = coord_.data, t = coord_.tensor, p = coord_.pipeline, s = coord_.spatial;
   // Colour by what the group members share; key by the coordinate that varies inside it.
-  MPI_CHECK(MPI_Comm_split(world_, d + dp_ * p, t, &tensor_));
-  MPI_CHECK(MPI_Comm_split(world_, t + tp_ * p, d, &data_));
-  MPI_CHECK(MPI_Comm_split(world_, t + tp_ * d, p, &pipeline_));
+  MPI_CHECK(MPI_Comm_split(world_, s + sp_ * (d + dp_ * p), t, &tensor_));
+  MPI_CHECK(MPI_Comm_split(world_, s + sp_ * (t + tp_ * p), d, &data_));
+  MPI_CHECK(MPI_Comm_split(world_, s + sp_ * (t + tp_ * d), p, &pipeline_));
+  MPI_CHECK(MPI_Comm_split(world_, t + tp_ * (d + dp_ * p), s, &spatial_));
+  if (sp_ > 1) MPI_CHECK(MPI_Comm_split(world_, t + tp_ * p, s + sp_ * d, &replica_));
   MPI_Comm node = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
   MPI_CHECK(MPI_Comm_size(node, &node_size_));
   MPI_CHECK(MPI_Comm_free(&node));
   // Every rank reads the same environment, so a malformed test hook fails on every rank alike.
   fault_ = comm::comm_fault_from_environment();
-  for (Group g : {Group::world, Group::data, Group::tensor, Group::pipeline})
+  for (Group g : {Group::world, Group::data, Group::tensor, Group::pipeline, Group::spatial})
     comm::flight_recorder().attach(handle(g), group_name(g), members(g));
+  if (sp_ > 1) comm::flight_recorder().attach(replica_, group_name(Group::replica), members(Group::replica));
 }
 
 Communicator::~Communicator() {
   for (auto& n : nccl_) n.reset();
-  for (MPI_Comm* c : {&data_, &tensor_, &pipeline_, &world_})
+  for (MPI_Comm* c : {&data_, &tensor_, &pipeline_, &spatial_, &replica_, &world_})
     if (*c != MPI_COMM_NULL) {
       comm::flight_recorder().detach(*c);
       MPI_Comm_free(c);
@@ -93,17 +100,21 @@ const char* group_name(Group g) {
     case Group::data: return "data";
     case Group::tensor: return "tensor";
     case Group::pipeline: return "pipeline";
+    case Group::spatial: return "spatial";
+    case Group::replica: return "replica";
   }
   return "world";
 }
 
 int Communicator::world_rank_in(Group g, int r) const {
-  const int d = coord_.data, t = coord_.tensor, p = coord_.pipeline;
+  const int d = coord_.data, t = coord_.tensor, p = coord_.pipeline, s = coord_.spatial;
   switch (g) {
     case Group::world: return r;
-    case Group::data: return world_rank_of(r, t, p);
-    case Group::tensor: return world_rank_of(d, r, p);
-    case Group::pipeline: return world_rank_of(d, t, r);
+    case Group::data: return world_rank_of(r, t, p, s);
+    case Group::tensor: return world_rank_of(d, r, p, s);
+    case Group::pipeline: return world_rank_of(d, t, r, s);
+    case Group::spatial: return world_rank_of(d, t, p, r);
+    case Group::replica: return world_rank_of(r / sp_, t, p, r % sp_);
   }
   return r;
 }
@@ -153,6 +164,8 @@ MPI_Comm Communicator::handle(Group g) const {
     case Group::data: return data_;
     case Group::tensor: return tensor_;
     case Group::pipeline: return pipeline_;
+    case Group::spatial: return spatial_;
+    case Group::replica: return sp_ > 1 ? replica_ : data_;
   }
   return world_;
 }
@@ -163,6 +176,8 @@ int Communicator::rank(Group g) const {
     case Group::data: return coord_.data;
     case Group::tensor: return coord_.tensor;
     case Group::pipeline: return coord_.pipeline;
+    case Group::spatial: return coord_.spatial;
+    case Group::replica: return coord_.spatial + sp_ * coord_.data;
   }
   return world_rank_;
 }
@@ -173,11 +188,14 @@ int Communicator::size(Group g) const {
     case Group::data: return dp_;
     case Group::tensor: return tp_;
     case Group::pipeline: return pp_;
+    case Group::spatial: return sp_;
+    case Group::replica: return dp_ * sp_;
   }
   return world_size_;
 }
 
 std::string Communicator::layout(int zero) const {
+  if (sp_ > 1) return fmt::format("dp={},tp={},pp={},sp={},zero={}", dp_, tp_, pp_, sp_, zero);
   return fmt::format("dp={},tp={},pp={},zero={}", dp_, tp_, pp_, zero);
 }
 

@@ -2,8 +2,13 @@
 // The one communicator API of Tessera: every byte between ranks goes through here (parallel HDF5
 // takes the raw MPI_Comm handles this class owns).
 //
-// Process grid (DESIGN.md): world = data x pipeline x tensor, rank = t + tp*(d + dp*p). Each rank
-// owns three sub-communicators: tensor (same d,p), data (same t,p), pipeline (same t,d).
+// Process grid (DESIGN.md, docs/design.md): world = data x pipeline x tensor x spatial,
+// rank = s + sp*(t + tp*(d + dp*p)): the spatial rank varies fastest (its halos cross between
+// neighbours before every convolution, forward and backward), then tensor, data and pipeline; with
+// sp = 1 this is DESIGN.md's rank = t + tp*(d + dp*p). Each rank owns the sub-communicators
+// spatial (same d,t,p), tensor (same s,d,p), data (same s,t,p), pipeline (same s,t,d), and replica
+// (same t,p: every rank holding the same parameters, data x spatial, the group that sums the
+// gradients and that ZeRO shards over; the data group itself where sp = 1).
 //
 // allreduce_sum goes through the backend of comm.backend (comm/backend.hpp): MPI on host memory;
 // device memory straight to a CUDA-aware MPI, staged through a pinned host buffer, or NCCL.
@@ -34,9 +39,9 @@ namespace comm {
 class NcclComm;
 }
 
-enum class Group { world, data, tensor, pipeline };
+enum class Group { world, data, tensor, pipeline, spatial, replica };
 
-/// "world", "data", "tensor", "pipeline" (a string literal).
+/// "world", "data", "tensor", "pipeline", "spatial", "replica" (a string literal).
 const char* group_name(Group g);
 
 /// Coordinates of one rank in the grid.
@@ -44,6 +49,12 @@ struct GridCoord {
   int data = 0;
   int tensor = 0;
   int pipeline = 0;
+  int spatial = 0;
+};
+
+/// The grid's dimensions: data, tensor, pipeline and spatial ranks.
+struct GridShape {
+  int dp = 1, tp = 1, pp = 1, sp = 1;
 };
 
 /// \brief A nonblocking collective in flight. Its buffers must stay untouched until it is done.
@@ -84,6 +95,9 @@ class Communicator {
   /// every rank for a backend this build, memory or MPI cannot serve (backend.hpp).
   Communicator(MPI_Comm world, int dp, int tp, int pp, const CommConfig& comm = {},
                BufferSpace buffers = BufferSpace::host);
+  /// \brief The same over a grid with a spatial dimension: dp*tp*pp*sp must equal world's size.
+  Communicator(MPI_Comm world, GridShape grid, const CommConfig& comm = {},
+               BufferSpace buffers = BufferSpace::host);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -96,16 +110,17 @@ class Communicator {
   int dp() const { return dp_; }
   int tp() const { return tp_; }
   int pp() const { return pp_; }
+  int sp() const { return sp_; }
 
   /// Number of world ranks on this rank's node (shared-memory domain).
   int ranks_on_node() const { return node_size_; }
-  /// World rank of grid coordinate (d, t, p).
-  int world_rank_of(int d, int t, int p) const { return t + tp_ * (d + dp_ * p); }
+  /// World rank of grid coordinate (d, t, p, s).
+  int world_rank_of(int d, int t, int p, int s = 0) const { return s + sp_ * (t + tp_ * (d + dp_ * p)); }
   /// World rank of rank `r` of this rank's group g.
   int world_rank_in(Group g, int r) const;
   /// World ranks of this rank's group g, in group-rank order.
   std::vector<int> members(Group g) const;
-  /// "dp=2,tp=1,pp=1" plus the ZeRO stage, as stored in checkpoints.
+  /// "dp=2,tp=1,pp=1" (",sp=S" where sp > 1) plus the ZeRO stage, as stored in checkpoints.
   std::string layout(int zero) const;
 
   /// \brief Picks the algorithm of allreduce_sum from now on; every rank must pick the same.
@@ -133,9 +148,13 @@ class Communicator {
   PendingOp ireduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g) const;
   PendingOp iallgather(const float* send, float* recv, std::size_t chunk, Group g) const;
 
-  /// \brief Point-to-point within group g (pipeline stages pass activations and gradients):
-  /// a nonblocking send and a blocking receive of n floats, matched by tag.
+  /// \brief Point-to-point within group g (pipeline stages pass activations and gradients,
+  /// spatial neighbours their halos): nonblocking sends and receives and a blocking receive of n
+  /// values, matched by tag. A nonblocking receive's buffer is written once it completes.
   PendingOp isend(const float* data, std::size_t n, int dest, int tag, Group g) const;
+  PendingOp isend(const double* data, std::size_t n, int dest, int tag, Group g) const;
+  PendingOp irecv(float* data, std::size_t n, int source, int tag, Group g) const;
+  PendingOp irecv(double* data, std::size_t n, int source, int tag, Group g) const;
   void recv(float* data, std::size_t n, int source, int tag, Group g) const;
 
   /// \brief Maximum over group g, in place, host memory. Collective over the group.
@@ -171,7 +190,7 @@ class Communicator {
 
  private:
   int world_rank_ = 0, world_size_ = 1, node_size_ = 1;
-  int dp_ = 1, tp_ = 1, pp_ = 1;
+  int dp_ = 1, tp_ = 1, pp_ = 1, sp_ = 1;
   GridCoord coord_;
   AllreduceAlgorithm algorithm_ = AllreduceAlgorithm::mpi;
   std::size_t segment_bytes_ = 1 << 20;
@@ -183,7 +202,7 @@ class Communicator {
   MpiCudaSupport mpi_cuda_;
   bool device_pointers_possible_ = false;  ///< a CUDA device is visible: classify each buffer
   mutable comm::StagingBuffer staging_;
-  mutable std::array<std::unique_ptr<comm::NcclComm>, 4> nccl_;  ///< by Group, on first use
+  mutable std::array<std::unique_ptr<comm::NcclComm>, 6> nccl_;  ///< by Group, on first use
   comm::CommFault fault_;  ///< TESSERA_TEST_COMM_FAULT (comm/fault_hook.hpp)
   mutable bool fault_fired_ = false;
   /// The flight recorder's side of collective `op` on g (and the test hook): the operation's id,
@@ -198,8 +217,13 @@ class Communicator {
   void allreduce_sum_host(T* data, std::size_t n, Group g, std::vector<T>& scratch) const;
   template <class T>
   void allreduce_sum_staged(T* data, std::size_t n, Group g, bool on_device, std::vector<T>& scratch) const;
+  template <class T>
+  PendingOp isend_impl(const T* data, std::size_t n, int dest, int tag, Group g) const;
+  template <class T>
+  PendingOp irecv_impl(T* data, std::size_t n, int source, int tag, Group g) const;
   MPI_Comm world_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, tensor_ = MPI_COMM_NULL,
-           pipeline_ = MPI_COMM_NULL;
+           pipeline_ = MPI_COMM_NULL, spatial_ = MPI_COMM_NULL,
+           replica_ = MPI_COMM_NULL;  ///< MPI_COMM_NULL where sp = 1 (the data group serves)
 };
 
 }  // namespace tessera

@@ -47,8 +47,8 @@ json to_json(const FlightRecord& r) {
           {"ranks", w.ranks},
           {"host", w.host},
           {"pid", w.pid},
-          {"coord", {{"data", w.data}, {"tensor", w.tensor}, {"pipeline", w.pipeline}}},
-          {"layout", {{"data", w.dp}, {"tensor", w.tp}, {"pipeline", w.pp}}},
+          {"coord", {{"data", w.data}, {"tensor", w.tensor}, {"pipeline", w.pipeline}, {"spatial", w.spatial}}},
+          {"layout", {{"data", w.dp}, {"tensor", w.tp}, {"pipeline", w.pp}, {"spatial", w.sp}}},
           {"timeout_s", w.timeout_s},
           {"reason", r.reason},
           {"message", r.message},
@@ -216,6 +216,9 @@ FlightRecord read_record(const std::string& path) {
   w.dp = field<int>(layout, "data", path + " layout");
   w.tp = field<int>(layout, "tensor", path + " layout");
   w.pp = field<int>(layout, "pipeline", path + " layout");
+  // Records before the spatial dimension have none: one spatial rank.
+  if (coord.contains("spatial")) w.spatial = field<int>(coord, "spatial", path + " coord");
+  if (layout.contains("spatial")) w.sp = field<int>(layout, "spatial", path + " layout");
   w.timeout_s = field<double>(j, "timeout_s", path);
   r.reason = field<std::string>(j, "reason", path);
   r.message = field<std::string>(j, "message", path);

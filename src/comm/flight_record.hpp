@@ -35,8 +35,8 @@ struct RecordIdentity {
   int rank = 0, ranks = 1;
   std::string host;
   long pid = 0;
-  int data = 0, tensor = 0, pipeline = 0;  ///< this rank's coordinates
-  int dp = 1, tp = 1, pp = 1;              ///< the grid
+  int data = 0, tensor = 0, pipeline = 0, spatial = 0;  ///< this rank's coordinates
+  int dp = 1, tp = 1, pp = 1, sp = 1;                   ///< the grid
   double timeout_s = 0.0;                  ///< comm.timeout_s
 };
 

@@ -10,7 +10,7 @@
 
 namespace tessera {
 
-enum class ModelKind { mlp, cnn, gpt };
+enum class ModelKind { mlp, cnn, gpt, unet };
 enum class Activation { relu, gelu };
 enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> CE, targets -> MSE
 enum class OptimizerKind { sgd, adamw };
@@ -26,6 +26,7 @@ struct RunConfig {
   bool overwrite = false;   ///< allow replacing another run's outputs in output_dir
   int blas_threads = 0;     ///< 0: cores on the node / ranks on the node, at least 1
   GemmLibrary gemm = GemmLibrary::automatic;  ///< library of the host matrix products
+  double memory_limit_mb = 0.0;  ///< most MB one rank may hold (estimate before, counters after the first step); 0: no limit
 
   bool operator==(const RunConfig&) const = default;
 };
@@ -44,8 +45,8 @@ struct ModelConfig {
   std::vector<int> hidden = {512, 512};  ///< mlp; cnn: the linear layers after the convolutions
   Activation activation = Activation::relu;
   LossKind loss = LossKind::automatic;
-  std::vector<int> channels = {32, 64};  ///< cnn: output channels of each conv (3x3, pad 1) + ReLU + 2x2 max-pool
-  int kernel = 3;                        ///< cnn: square convolution kernel (odd; padding kernel/2)
+  std::vector<int> channels = {32, 64};  ///< cnn: output channels of each conv (3x3, pad 1) + ReLU + 2x2 max-pool; unet: channels of each level
+  int kernel = 3;                        ///< cnn, unet: square convolution kernel (odd; padding kernel/2)
   int layers = 4;                        ///< gpt: transformer blocks
   int heads = 4;                         ///< gpt: attention heads per block
   int width = 256;                       ///< gpt: embedding width (a multiple of heads)
@@ -62,6 +63,8 @@ struct ParallelConfig {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   std::vector<int> stages;  ///< layers per pipeline stage; empty: balanced by cost
   int zero = 0;
+  int spatial = 1;            ///< ranks sharing each sample's grid (blocks of rows; unet only)
+  bool halo_overlap = true;   ///< compute each convolution's interior while its halo is in flight
   bool tensor_within_node = false;  ///< a tensor group whose ranks span hosts is an error, not a warning
 
   bool operator==(const ParallelConfig&) const = default;

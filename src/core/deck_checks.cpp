@@ -104,12 +104,23 @@ void resolve_layout(Config& cfg, int world_size) {
                                             "every hidden width must be a multiple of parallel.tensor",
                                             p.tensor, i, cfg.model.hidden[i]));
   }
+  const bool unet = cfg.model.kind == ModelKind::unet;
   if (cfg.model.kind == ModelKind::cnn && p.pipeline > 1)
     fail("parallel.pipeline", fmt::format("{} stages: the cnn runs on one pipeline stage (set "
                                           "parallel.pipeline = 1; tensor and data parallelism apply)", p.pipeline));
-  if (cfg.model.kind == ModelKind::cnn && cfg.model.kernel % 2 == 0)
-    fail("model.kernel", fmt::format("{} is even; a cnn kernel is odd (zero padding kernel/2 keeps the size)",
-                                     cfg.model.kernel));
+  if (unet && (p.pipeline > 1 || p.tensor > 1))
+    fail(p.pipeline > 1 ? "parallel.pipeline" : "parallel.tensor",
+         fmt::format("tensor={} x pipeline={}: the unet runs on one stage and one tensor rank (set both to 1; "
+                     "data and spatial parallelism and ZeRO apply)", p.tensor, p.pipeline));
+  if (p.spatial > 1 && !unet)
+    fail("parallel.spatial", fmt::format("{} ranks per sample, but model.kind = \"{}\" has no spatial dimensions to "
+                                         "split (spatial parallelism splits the fields of a model.kind = \"unet\"); "
+                                         "set parallel.spatial = 1", p.spatial, to_string(cfg.model.kind)));
+  if ((cfg.model.kind == ModelKind::cnn || unet) && cfg.model.kernel % 2 == 0)
+    fail("model.kernel", fmt::format("{} is even; a {} kernel is odd (zero padding kernel/2 keeps the size)",
+                                     cfg.model.kernel, to_string(cfg.model.kind)));
+  if (unet && cfg.model.channels.empty())
+    fail("model.channels", "[] gives the unet no level; give the channels of each level, finest first (e.g. [16, 32, 64])");
   if (cfg.train.precision == Precision::fp16 && (cfg.train.loss_scale < 1.0 || cfg.train.loss_scale > 16777216.0))
     fail("train.loss_scale", fmt::format("{} with train.precision = \"fp16\": the dynamic loss scale "
                                          "lives in [1, 2^24]", cfg.train.loss_scale));
@@ -130,24 +141,26 @@ void resolve_layout(Config& cfg, int world_size) {
   }
 
   // Resolve data = 0 and check that the grid fills the world.
-  // In 64 bits: each dimension is at most 2^20 (the schema), so no product here overflows.
-  const long long model_ranks = static_cast<long long>(p.tensor) * p.pipeline;
+  // In 64 bits: each dimension is at most 2^20 (the schema), so tensor x pipeline x spatial fits,
+  // and so does its product with data once it is known not to exceed the world.
+  const long long model_ranks = static_cast<long long>(p.tensor) * p.pipeline * p.spatial;
   const bool divides = world_size % model_ranks == 0;
+  const std::string spatial = p.spatial > 1 ? fmt::format(" x spatial={}", p.spatial) : std::string();
   int data = p.data;
   if (data == 0) {
     if (!divides)
-      fail("parallel", fmt::format("tensor={} x pipeline={} = {} does not divide the {} ranks mpirun started; "
+      fail("parallel", fmt::format("tensor={} x pipeline={}{} = {} does not divide the {} ranks mpirun started; "
                                    "run on a multiple of {} ranks",
-                                   p.tensor, p.pipeline, model_ranks, world_size, model_ranks));
+                                   p.tensor, p.pipeline, spatial, model_ranks, world_size, model_ranks));
     data = static_cast<int>(world_size / model_ranks);
   }
-  const long long grid = static_cast<long long>(data) * model_ranks;
+  const long long grid = model_ranks > world_size ? model_ranks : static_cast<long long>(data) * model_ranks;
   if (grid != world_size) {
     const std::string fix = divides ? fmt::format("set parallel.data = {} or run on {} ranks",
                                                   world_size / model_ranks, grid)
                                     : fmt::format("run on {} ranks", grid);
-    fail("parallel", fmt::format("data={} x tensor={} x pipeline={} = {} ranks, but mpirun started {}; {}",
-                                 data, p.tensor, p.pipeline, grid, world_size, fix));
+    fail("parallel", fmt::format("data={} x tensor={} x pipeline={}{} = {} ranks, but mpirun started {}; {}",
+                                 data, p.tensor, p.pipeline, spatial, grid, world_size, fix));
   }
 
   // Split the global batch over data ranks and micro-batches.

@@ -18,6 +18,13 @@ constexpr std::array<std::string_view, kCount> kNames = {"param", "grad", "optim
 
 std::array<std::atomic<std::int64_t>, kCount> g_current{};
 std::array<std::atomic<std::int64_t>, kCount> g_peak{};
+std::atomic<std::int64_t> g_total{0}, g_total_peak{0};
+
+void raise_peak(std::atomic<std::int64_t>& peak, std::int64_t now) {
+  std::int64_t seen = peak.load();
+  while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+  }
+}
 std::atomic<bool> g_installed{false};
 
 // The category tagged at the start of a label, or count when there is none.
@@ -35,15 +42,16 @@ std::size_t category_of(const char* label) {
 void on_allocate(const Kokkos_Profiling_SpaceHandle, const char* label, const void*, std::uint64_t size) {
   const std::size_t c = category_of(label);
   if (c == kCount) return;
-  const std::int64_t now = g_current[c].fetch_add(static_cast<std::int64_t>(size)) + static_cast<std::int64_t>(size);
-  std::int64_t seen = g_peak[c].load();
-  while (now > seen && !g_peak[c].compare_exchange_weak(seen, now)) {
-  }
+  const auto bytes = static_cast<std::int64_t>(size);
+  raise_peak(g_peak[c], g_current[c].fetch_add(bytes) + bytes);
+  raise_peak(g_total_peak, g_total.fetch_add(bytes) + bytes);
 }
 
 void on_deallocate(const Kokkos_Profiling_SpaceHandle, const char* label, const void*, std::uint64_t size) {
   const std::size_t c = category_of(label);
-  if (c != kCount) g_current[c].fetch_sub(static_cast<std::int64_t>(size));
+  if (c == kCount) return;
+  g_current[c].fetch_sub(static_cast<std::int64_t>(size));
+  g_total.fetch_sub(static_cast<std::int64_t>(size));
 }
 
 }  // namespace
@@ -67,6 +75,8 @@ std::size_t current(Category c) {
 std::size_t peak(Category c) {
   return static_cast<std::size_t>(std::max<std::int64_t>(0, g_peak.at(static_cast<std::size_t>(c)).load()));
 }
+
+std::size_t peak_total() { return static_cast<std::size_t>(std::max<std::int64_t>(0, g_total_peak.load())); }
 
 NodeMemory node_memory() {
   NodeMemory m;

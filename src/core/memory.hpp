@@ -24,6 +24,8 @@ bool tracking_installed();
 /// Bytes held now and the most held at once since the program started.
 std::size_t current(Category c);
 std::size_t peak(Category c);
+/// The most bytes of all categories held at once since the program started.
+std::size_t peak_total();
 
 /// The memory this process's node gives it: the physical memory, or the cgroup's limit where one
 /// is set and lower (a Slurm job with --mem), with where the number came from.

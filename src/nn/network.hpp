@@ -25,6 +25,7 @@ namespace tessera::nn {
 struct LossSums {
   double loss = 0.0;
   double correct = 0.0;
+  double rel_l2 = 0.0;  ///< fields: the sum over samples of ||prediction - target|| / ||target||
 };
 
 template <class T>
@@ -51,6 +52,9 @@ class Network {
   virtual int output_width() const = 0;
   /// Labels per sample the loss reads (1 for a class, T for a token sequence).
   virtual int label_width() const { return 1; }
+  /// \brief Bytes of activations `slots` slots of `max_batch` rows and the shared scratch take,
+  /// as allocated (a kind that knows it exactly); 0 where the kind does not say.
+  virtual double activation_bytes(int /*max_batch*/, int /*slots*/) const { return 0.0; }
 
   /// \brief Takes a free slot for a micro-batch of `batch` rows (<= max_batch()).
   int acquire(int batch) {

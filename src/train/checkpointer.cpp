@@ -196,11 +196,11 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataPa
   const int zero = dp != nullptr ? dp->zero() : 0;
   const bool sharded_values = zero >= 3;
   const auto pieces = zero >= 1 ? dp->shard_pieces() : std::vector<DataParallel::Piece>{};
-  const int d = comm_.rank(Group::data), n_d = comm_.size(Group::data);
+  const int d = comm_.rank(Group::replica), n_d = comm_.size(Group::replica);
   const int t = comm_.rank(Group::tensor), n_t = comm_.size(Group::tensor);
-  // A block this rank holds whole is split by rows over its replicas (the data ranks, and the
-  // tensor ranks too where every tensor rank holds it); a shard's piece is written by the rank
-  // that holds it. No element is written twice.
+  // A block this rank holds whole is split by rows over its replicas (the replica group: the data
+  // ranks times the spatial ranks, and the tensor ranks too where every tensor rank holds it); a
+  // shard's piece is written by the rank that holds it. No element is written twice.
   const auto slab = [&](const std::string& path, std::size_t i, const float* full, const float* shard) {
     const auto& p = store.infos()[i];
     if (shard != nullptr) return shard_piece(path, p, pieces[i], shard, p.tensor_sharded || t == 0);

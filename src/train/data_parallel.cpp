@@ -41,7 +41,7 @@ class HookTimer {
 }  // namespace
 
 int DataParallel::shards(const Config& cfg, const Communicator& comm) {
-  return cfg.parallel.zero >= 1 ? comm.size(Group::data) : 1;
+  return cfg.parallel.zero >= 1 ? comm.size(Group::replica) : 1;
 }
 
 std::size_t DataParallel::bucket_elements(const Config& cfg) {
@@ -61,7 +61,7 @@ DataParallel::DataParallel(const Config& cfg, const Communicator& comm, nn::Para
       store_(store),
       opt_(cfg.optimizer, cfg.parallel.zero >= 1 ? store.shard_size() : store.size()),
       zero_(cfg.parallel.zero),
-      shard_rank_(comm.rank(Group::data)),
+      shard_rank_(comm.rank(Group::replica)),
       shards_(store.shards()),
       overlap_(cfg.comm.overlap),
       no_sync_(cfg.comm.no_sync),
@@ -101,7 +101,7 @@ void DataParallel::begin_backward(const ExecSpace& exec, int m, int count) {
   wait_all();
   sync_ = zero_ >= 2 || !no_sync_ || m == count - 1;
   if (m == 0 || no_sync_) return;
-  const int n = comm_.size(Group::data);
+  const int n = comm_.size(Group::replica);
   if (zero_ == 0 && n > 1) {
     // Exchanging every micro-batch in place: the buffer holds the sum so far, the same on every
     // rank; a 1/n share of it from each rank sums back to it as the new gradients add on.
@@ -191,12 +191,12 @@ void DataParallel::start_exchange(std::size_t b, bool blocking) {
   s.exchanging = true;
   last_started_ = b;
   if (zero_ == 0) {
-    if (blocking) comm_.allreduce_sum(src, bucket.length, Group::data);
-    else s.op = comm_.iallreduce_sum(src, bucket.length, Group::data);
+    if (blocking) comm_.allreduce_sum(src, bucket.length, Group::replica);
+    else s.op = comm_.iallreduce_sum(src, bucket.length, Group::replica);
   } else {
     float* dst = (accumulate_into_shard_ ? recv_.data() : grad_shard_.data()) + bucket.shard_offset;
-    if (blocking) comm_.reduce_scatter_sum(src, dst, bucket.chunk, Group::data);
-    else s.op = comm_.ireduce_scatter_sum(src, dst, bucket.chunk, Group::data);
+    if (blocking) comm_.reduce_scatter_sum(src, dst, bucket.chunk, Group::replica);
+    else s.op = comm_.ireduce_scatter_sum(src, dst, bucket.chunk, Group::replica);
   }
   if (blocking) complete(b);
 }
@@ -234,7 +234,7 @@ void DataParallel::gather(std::size_t b) {
                                                 Kokkos::WithoutInitializing),
                              bucket.length);
   exec_.fence();
-  comm_.allgather(value_shard_.data() + bucket.shard_offset, s.gathered.data(), bucket.chunk, Group::data);
+  comm_.allgather(value_shard_.data() + bucket.shard_offset, s.gathered.data(), bucket.chunk, Group::replica);
   store_.attach_values(b, s.gathered.data());
 }
 
@@ -274,7 +274,7 @@ double DataParallel::finish_step(const ExecSpace& exec, double lr, double grad_s
           store_.infos()[piece.param].tie != nn::Tie::copy)
         squares += kernels::sum_squares(
             exec, VectorU<float>(grad_shard_.data() + piece.shard_offset, piece.end - piece.begin));
-    comm_.allreduce_sum(&squares, 1, Group::data);
+    comm_.allreduce_sum(&squares, 1, Group::replica);
   }
   if (comm_.size(Group::tensor) > 1) comm_.allreduce_sum(&squares, 1, Group::tensor);
   if (comm_.size(Group::pipeline) > 1) comm_.allreduce_sum(&squares, 1, Group::pipeline);
@@ -312,7 +312,7 @@ double DataParallel::finish_step(const ExecSpace& exec, double lr, double grad_s
     std::vector<PendingOp> ops;
     for (const auto& b : store_.buckets()) {
       float* base = store_.values().data() + b.offset;
-      ops.push_back(comm_.iallgather(base + r * b.chunk, base, b.chunk, Group::data));
+      ops.push_back(comm_.iallgather(base + r * b.chunk, base, b.chunk, Group::replica));
     }
     for (auto& op : ops) op.wait();
   }

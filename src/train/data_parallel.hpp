@@ -1,6 +1,9 @@
 #pragma once
 // The data-parallel step over one model's ParamStore: bucketed gradient exchange overlapped with
-// backward, no-sync accumulation, ZeRO stages 1-3 over the data group, clipping and the optimizer.
+// backward, no-sync accumulation, ZeRO stages 1-3 over the replica group, clipping and the optimizer.
+// The replica group holds every rank with the same parameters: the data group, times the spatial
+// group where samples are split over ranks (parallel.spatial: each holds a block of every
+// sample's grid, so its gradients are partial sums that this exchange completes).
 //
 //   zero 0  every rank holds all values, gradients and optimizer state; buckets are allreduced.
 //   zero 1  optimizer state only for this rank's shard: buckets are reduce-scattered into a
@@ -34,7 +37,7 @@ class DataParallel final : public nn::LayerHooks {
   static nn::Storage storage(int zero);
 
   /// \brief Takes over `store` (planned with shards() and bucket_elements(), allocated with
-  /// storage()). Collective over the data group only through later calls.
+  /// storage()). Collective over the replica group only through later calls.
   DataParallel(const Config& cfg, const Communicator& comm, nn::ParamStore<float>& store);
   ~DataParallel() override;
 
@@ -64,7 +67,7 @@ class DataParallel final : public nn::LayerHooks {
   Optimizer& optimizer() { return opt_; }
   const Optimizer& optimizer() const { return opt_; }
   int zero() const { return zero_; }
-  /// This rank's index in the data group and the group's size (the shard count when zero >= 1).
+  /// This rank's index in the replica group (the shard count when zero >= 1 is its size).
   int shard_rank() const { return shard_rank_; }
   /// zero 3: this rank's values (shard_size() elements); empty otherwise.
   Vector<float> value_shard() const { return value_shard_; }

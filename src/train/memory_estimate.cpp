@@ -1,6 +1,7 @@
 #include "train/memory_estimate.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -28,9 +29,9 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
   // The model's real parameter layout (registered, not allocated): buckets and shards as a run
   // would plan them.
   nn::ParamStore<float> store;
-  make_network(store, cfg, shape);
+  const auto net = make_network(store, cfg, shape);
   const int zero = cfg.parallel.zero;
-  store.plan(zero >= 1 ? cfg.parallel.data : 1, DataParallel::bucket_elements(cfg));
+  store.plan(zero >= 1 ? cfg.parallel.data * cfg.parallel.spatial : 1, DataParallel::bucket_elements(cfg));
   std::size_t largest = 0;
   for (const auto& b : store.buckets()) largest = std::max(largest, b.length);
   const auto full = static_cast<double>(store.size()), shard = static_cast<double>(store.shard_size()),
@@ -66,7 +67,7 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     const double tokens = rows * static_cast<double>(T);
     act = tokens * (per_token + static_cast<double>(2 * shape.outputs / tp + C)) +
           (cfg.train.recompute ? tokens * block : 0.0);
-  } else {
+  } else if (cfg.model.kind != ModelKind::unet) {
     // Each hidden layer keeps its output before and after the activation and its gradient; the
     // output layer its logits and their gradient; the input batch is staged once.
     for (int h : cfg.model.hidden) act += 3.0 * h;
@@ -74,22 +75,62 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
   }
   e.activations = 4.0 * act;
   e.data = 4.0 * static_cast<double>(e.micro_batch) * static_cast<double>(shape.in_features);
+  if (cfg.model.kind == ModelKind::unet) {
+    // The U-Net says what it allocates (one slot: one stage, one micro-batch at a time), for this
+    // rank's block of rows; the batch staged holds the block of inputs and targets.
+    e.activations = net->activation_bytes(static_cast<int>(rows), 1);
+    e.data = 4.0 * static_cast<double>(e.micro_batch) * static_cast<double>(shape.in_features + shape.outputs) /
+             cfg.parallel.spatial;
+  }
   return e;
 }
 
+namespace {
+
+// What to change where a run needs more memory than it may have.
+std::string memory_hint(const Config& cfg, const MemoryEstimate& e) {
+  const bool acts = e.activations >= e.parameters + e.gradients + e.optimizer;
+  if (acts && cfg.model.kind == ModelKind::unet)
+    return "split each sample's fields over more ranks (parallel.spatial), or lower train.global_batch, eval.batch "
+           "or model.channels";
+  return acts ? "lower train.global_batch, eval.batch or the model's widths, or add parallel.micro_batches or ranks"
+              : "lower the model's widths, or shard it (parallel.tensor, parallel.pipeline, parallel.zero)";
+}
+
+}  // namespace
+
+void check_memory_limit(const Config& cfg, const Communicator& comm) {
+  const double limit = cfg.run.memory_limit_mb * 1e6;
+  if (limit <= 0 || !mem::tracking_installed()) return;
+  std::vector<double> all(static_cast<std::size_t>(comm.size()), 0.0);
+  all[static_cast<std::size_t>(comm.rank())] = static_cast<double>(mem::peak_total());
+  comm.allreduce_max(all.data(), all.size(), Group::world);
+  const auto worst = std::max_element(all.begin(), all.end());
+  if (*worst <= limit) return;
+  throw InputError(fmt::format(
+      "run.memory_limit_mb = {}: rank {} held {:.1f} MB at its peak in the first step (measured: every "
+      "allocation the program counts), more than the limit; the run stopped before writing anything. {}",
+      cfg.run.memory_limit_mb, worst - all.begin(), *worst / 1e6,
+      cfg.model.kind == ModelKind::unet ? "Split each sample's fields over more ranks (parallel.spatial) or lower "
+                                          "train.global_batch"
+                                        : "Lower train.global_batch or the model's widths, or add ranks"));
+}
+
 void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node) {
+  if (cfg.run.memory_limit_mb > 0 && e.total() > cfg.run.memory_limit_mb * 1e6)
+    throw InputError(fmt::format(
+        "run.memory_limit_mb = {}: the run needs about {:.1f} MB per rank (estimate: parameters {:.1f}, gradients "
+        "{:.1f}, optimizer state {:.1f}, activations {:.1f}, input batch {:.1f} MB), more than the limit; {}",
+        cfg.run.memory_limit_mb, e.total() / 1e6, e.parameters / 1e6, e.gradients / 1e6, e.optimizer / 1e6,
+        e.activations / 1e6, e.data / 1e6, memory_hint(cfg, e)));
   const mem::NodeMemory node = mem::node_memory();
   const double need = e.total() * ranks_on_node;
   if (node.bytes <= 0 || need <= node.bytes) return;
-  const bool acts = e.activations >= e.parameters + e.gradients + e.optimizer;
   throw InputError(fmt::format(
       "the run needs about {:.3g} GB per rank (estimate: parameters {:.3g}, gradients {:.3g}, optimizer "
       "state {:.3g}, activations {:.3g} GB), {:.3g} GB for the {} rank(s) on this node, more than its "
       "{:.3g} GB ({}); {}", e.total() / 1e9, e.parameters / 1e9, e.gradients / 1e9, e.optimizer / 1e9,
-      e.activations / 1e9, need / 1e9, ranks_on_node, node.bytes / 1e9, node.source,
-      acts ? "lower train.global_batch, eval.batch or the model's widths, or add parallel.micro_batches "
-             "or ranks"
-           : "lower the model's widths, or shard it (parallel.tensor, parallel.pipeline, parallel.zero)"));
+      e.activations / 1e9, need / 1e9, ranks_on_node, node.bytes / 1e9, node.source, memory_hint(cfg, e)));
 }
 
 }  // namespace tessera

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "train/model.hpp"
 
@@ -41,5 +42,10 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
 /// memory (naming both, and the keys that drive the largest part), so that a run that cannot be
 /// allocated is refused before it starts rather than failing or swapping in its first step.
 void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node);
+
+/// \brief With run.memory_limit_mb: InputError on every rank where any rank's measured peak
+/// (core/memory.hpp's counters, every category together) exceeds the limit. Collective over world;
+/// call it once the first step has allocated what a step needs.
+void check_memory_limit(const Config& cfg, const Communicator& comm);
 
 }  // namespace tessera

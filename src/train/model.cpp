@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/deck.hpp"
 #include "core/error.hpp"
 #include "nn/gpt.hpp"
 #include "nn/mlp.hpp"
@@ -82,6 +83,22 @@ void check_model_size(const Config& cfg, const ModelShape& shape) {
     tensor(T * C, "model.context", fmt::format("the position embedding ({} x {})", T, C));
     for (int b = 0; b < cfg.model.layers; ++b)
       tensor(12 * C * C + 13 * C, "model.layers", fmt::format("block {}", b));
+  } else if (cfg.model.kind == ModelKind::unet) {
+    const nn::UNetShape u = unet_shape(cfg, shape);
+    const double k2 = double(u.kernel) * u.kernel;
+    double in = u.in_channels;
+    for (std::size_t l = 0; l < u.levels.size(); ++l) {
+      const double c = u.levels[l];
+      tensor(c * in * k2 + c, "model.channels", fmt::format("down.{}.conv1 ({} x {} x {} x {})", l, c, in, u.kernel, u.kernel));
+      tensor(c * c * k2 + c, "model.channels", fmt::format("down.{}.conv2", l));
+      if (l > 0) {
+        const double below = u.levels[l - 1];
+        tensor(c * below * 4 + below, "model.channels", fmt::format("up.{}.upconv", l - 1));
+        tensor(below * 2 * below * k2 + below, "model.channels", fmt::format("up.{}.conv1", l - 1));
+        tensor(below * below * k2 + below, "model.channels", fmt::format("up.{}.conv2", l - 1));
+      }
+      in = c;
+    }
   } else if (cfg.model.kind == ModelKind::cnn) {
     const nn::CnnShape c = cnn_shape(cfg, shape);
     double in = c.channels, h = c.height, w = c.width;
@@ -122,6 +139,50 @@ nn::CnnShape cnn_shape(const Config& cfg, const ModelShape& shape) {
   return s;
 }
 
+nn::UNetShape unet_shape(const Config& cfg, const ModelShape& shape) {
+  const auto& in = shape.sample_shape;
+  const auto& out = shape.target_shape;
+  if (shape.classification || in.size() != 3 || out.size() != 3 || in[1] != out[1] || in[2] != out[2])
+    throw InputError(fmt::format(
+        "model.kind = \"unet\" maps fields to fields: inputs [N, C, H, W] and targets [N, C', H, W] of the same "
+        "H x W (`tessera prepare darcy` writes them); data.path holds inputs [N, {}] and {}",
+        fmt::join(in, ", "), shape.classification ? "class labels" : fmt::format("targets [N, {}]", fmt::join(out, ", "))));
+  const auto& c = cfg.model.channels;
+  const auto levels = static_cast<std::int64_t>(c.size());
+  const std::int64_t H = in[1], W = in[2], S = cfg.parallel.spatial, p = cfg.model.kernel / 2;
+  if (levels > 31)
+    throw InputError(fmt::format("model.channels: {} levels; a unet has at most 31", levels));
+  const std::int64_t f = std::int64_t{1} << (levels - 1), block = S * f;
+  const char* key = S > 1 ? "parallel.spatial" : "model.channels";
+  if (H % block != 0)
+    throw InputError(fmt::format(
+        "{}: the fields have H = {} rows; {} levels pool them {} time(s) by 2x2{}, so H must be a multiple of {} "
+        "(every rank's rows even at every level); use fields of such H, fewer levels{}",
+        key, H, levels, levels - 1,
+        S > 1 ? fmt::format(", and parallel.spatial = {} splits them into blocks of rows", S) : std::string(),
+        block, S > 1 ? " or another parallel.spatial" : ""));
+  if (W % f != 0)
+    throw InputError(fmt::format("model.channels: the fields have W = {} columns; {} levels pool them {} time(s) "
+                                 "by 2x2, so W must be a multiple of {}", W, levels, levels - 1, f));
+  if (H / block < p)
+    throw InputError(fmt::format(
+        "{}: each rank's block of the coarsest level holds {} row(s), fewer than the halo of model.kernel / 2 = {} "
+        "rows a convolution reads beyond it; use fewer ranks per sample, fewer levels or a smaller kernel",
+        key, H / block, p));
+  if (H > std::int64_t{1} << 30 || W > std::int64_t{1} << 30)
+    throw InputError(fmt::format("data.path: fields of {} x {}; at most 2^30 rows and columns", H, W));
+  nn::UNetShape u;
+  u.in_channels = static_cast<int>(in[0]);
+  u.out_channels = static_cast<int>(out[0]);
+  u.field_height = static_cast<int>(H);
+  u.height = static_cast<int>(H / S);
+  u.width = static_cast<int>(W);
+  u.levels = c;
+  u.kernel = cfg.model.kernel;
+  u.activation = cfg.model.activation;
+  return u;
+}
+
 nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape) {
   if (shape.in_features != cfg.model.context)
     throw InputError(fmt::format("model.context = {}, but the data gives sequences of {} tokens",
@@ -136,6 +197,12 @@ nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape) {
 
 std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, const Config& cfg,
                                                  const ModelShape& shape, ModelPart part) {
+  if (cfg.model.kind == ModelKind::unet) {
+    nn::UNet<float>::Part p;
+    p.halo = std::move(part.halo);
+    p.overlap = part.halo_overlap;
+    return std::make_unique<nn::UNet<float>>(store, unet_shape(cfg, shape), std::move(p));
+  }
   if (cfg.model.kind == ModelKind::cnn) {
     nn::Cnn<float>::Part p;
     p.tp = part.tp;
@@ -165,6 +232,16 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
 }
 
 std::string describe_model(const Config& cfg, const ModelShape& shape) {
+  if (cfg.model.kind == ModelKind::unet) {
+    const nn::UNetShape u = unet_shape(cfg, shape);
+    return fmt::format("unet {}x{}x{} -> {}x{}x{}, levels [{}] (two conv{}x{} + {} each, 2x2 max-pool down, 2x2 "
+                       "transposed conv up, skip connections){}",
+                       u.in_channels, u.field_height, u.width, u.out_channels, u.field_height, u.width,
+                       fmt::join(u.levels, ", "), u.kernel, u.kernel, to_string(u.activation),
+                       cfg.parallel.spatial > 1 ? fmt::format("; each rank holds {} of the {} rows (parallel.spatial = {})",
+                                                              u.height, u.field_height, cfg.parallel.spatial)
+                                                : std::string());
+  }
   if (cfg.model.kind == ModelKind::gpt)
     return fmt::format("gpt {} blocks x {} heads, width {}, context {}, vocabulary {}{}", cfg.model.layers,
                        cfg.model.heads, cfg.model.width, cfg.model.context, shape.outputs,
@@ -187,6 +264,7 @@ std::vector<nn::ParamInfo> logical_params(const Config& cfg, const ModelShape& s
 Model::Model(const Config& cfg, const ModelShape& shape, int max_batch, const ParamLayout& layout,
              ModelPart part)
     : shape_(shape), max_batch_(max_batch), store_(std::make_unique<nn::ParamStore<float>>()) {
+  halo_ = part.halo;
   net_ = make_network(*store_, cfg, shape, std::move(part));
   store_->plan(layout.shards, layout.bucket_elements);
   store_->allocate(layout.storage);

@@ -13,8 +13,10 @@
 #include "nn/hooks.hpp"
 #include "nn/cnn.hpp"
 #include "nn/gpt.hpp"
+#include "nn/halo.hpp"
 #include "nn/network.hpp"
 #include "nn/param_store.hpp"
+#include "nn/unet.hpp"
 
 namespace tessera {
 
@@ -24,6 +26,7 @@ struct ModelShape {
   std::int64_t outputs = 0;       ///< classes, or target width
   bool classification = true;    ///< labels + cross-entropy, else targets + MSE
   std::vector<std::int64_t> sample_shape;  ///< one sample's input shape ([H, W] or [C, H, W] images)
+  std::vector<std::int64_t> target_shape;  ///< one sample's targets' shape (regression)
 };
 
 using LossSums = nn::LossSums;
@@ -40,6 +43,8 @@ struct ModelPart {
   int first_layer = 0, end_layer = -1;  ///< its pipeline stage's layers; -1: to the end
   int tp = 1, t = 0;                    ///< tensor ranks and this one
   std::function<void(float*, std::size_t)> tensor_sum;  ///< sum over the tensor group
+  std::shared_ptr<nn::Halo<float>> halo;  ///< the spatial neighbours (unet); null: whole samples
+  bool halo_overlap = true;               ///< parallel.halo_overlap
 };
 
 /// \brief Layer boundaries of the pipeline stages: stage s holds layers [b[s], b[s+1]).
@@ -55,6 +60,12 @@ void check_model_size(const Config& cfg, const ModelShape& shape);
 /// \brief The CNN's dimensions from the deck and the data's image shape; InputError where the
 /// data are no images or the pools would shrink them away.
 nn::CnnShape cnn_shape(const Config& cfg, const ModelShape& shape);
+
+/// \brief The U-Net's dimensions from the deck and the data's fields (this rank's block of rows
+/// under parallel.spatial); InputError naming the key or the data where inputs or targets are not
+/// [N, C, H, W] of the same H x W, or the spatial split and the levels' 2x2 pools do not divide
+/// the field into blocks of even rows at least kernel/2 thick.
+nn::UNetShape unet_shape(const Config& cfg, const ModelShape& shape);
 
 /// \brief The GPT's dimensions from the deck and the data (vocabulary, context); throws
 /// InputError where they disagree or the tensor ranks do not divide the vocabulary.
@@ -109,6 +120,8 @@ class Model {
   nn::ParamStore<float>& params() { return *store_; }
   /// The network of the deck's model kind (nn::Mlp, nn::Gpt, ...).
   nn::Network<float>& network() { return *net_; }
+  /// The halo exchange of a model split over spatial ranks; null otherwise.
+  const nn::Halo<float>* halo() const { return halo_.get(); }
   const nn::ParamStore<float>& params() const { return *store_; }
   const ModelShape& shape() const { return shape_; }
   int max_batch() const { return max_batch_; }
@@ -124,6 +137,7 @@ class Model {
   int max_batch_;
   std::unique_ptr<nn::ParamStore<float>> store_;
   std::unique_ptr<nn::Network<float>> net_;
+  std::shared_ptr<nn::Halo<float>> halo_;
   nn::LayerHooks* hooks_ = nullptr;
 };
 

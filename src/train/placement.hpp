@@ -19,7 +19,7 @@ namespace tessera {
 struct RankPlace {
   int rank = 0;
   std::string host;
-  int data = 0, tensor = 0, pipeline = 0;
+  int data = 0, tensor = 0, pipeline = 0, spatial = 0;
   int blas_threads = 1;
   int kokkos_threads = 1;
 };
@@ -29,8 +29,9 @@ struct GridGroup {
   std::string name;
   std::vector<int> ranks;
 };
-/// \brief Every group of the grid rank = t + tp*(d + dp*p): data groups, then tensor, then pipeline.
-std::vector<GridGroup> grid_groups(int dp, int tp, int pp);
+/// \brief Every group of the grid rank = s + sp*(t + tp*(d + dp*p)): data groups, then tensor,
+/// pipeline and (sp > 1) spatial.
+std::vector<GridGroup> grid_groups(int dp, int tp, int pp, int sp = 1);
 /// \brief The host of each of `ranks`.
 std::vector<std::string> group_hosts(const std::vector<RankPlace>& places, const std::vector<int>& ranks);
 
@@ -42,23 +43,26 @@ int blas_threads_for(const Config& cfg, int cores, int ranks_on_node, int allowe
 std::string host_name();
 
 /// \brief Every rank's place, on every rank: host and thread counts gathered over world, grid
-/// coordinates from the rank (rank = t + tp*(d + dp*p)). Collective over world.
+/// coordinates from the rank (rank = s + sp*(t + tp*(d + dp*p))). Collective over world.
 std::vector<RankPlace> gather_placement(const Communicator& comm, int dp, int tp,
-                                        int blas_threads, int kokkos_threads);
+                                        int blas_threads, int kokkos_threads, int sp = 1);
 
 /// \brief A placement from the host of each rank (planned, not measured): each rank's BLAS
 /// threads as blas_threads_for() would give them, from run.blas_threads or from the cores of its
-/// host (`cores_of_rank`) shared among that host's ranks; Kokkos threads unknown (0).
+/// host (`cores_of_rank`) shared among that host's ranks; Kokkos threads unknown (0). The spatial
+/// dimension is cfg's parallel.spatial.
 std::vector<RankPlace> planned_placement(const Config& cfg, const std::vector<std::string>& host_of_rank,
                                          int dp, int tp, const std::vector<int>& cores_of_rank);
 
 /// \brief Log lines: "ranks: ..." (hosts and their ranks), one line per rank, one line per group
 /// naming the hosts of its ranks.
-std::vector<std::string> describe_placement(const std::vector<RankPlace>& places, int dp, int tp, int pp);
+std::vector<std::string> describe_placement(const std::vector<RankPlace>& places, int dp, int tp, int pp,
+                                            int sp = 1);
 
-/// \brief Warning lines ("warning: ..."): tensor groups across hosts; BLAS thread counts that
-/// differ between ranks. Empty when all is well.
-std::vector<std::string> placement_warnings(const std::vector<RankPlace>& places, int dp, int tp, int pp);
+/// \brief Warning lines ("warning: ..."): tensor and spatial groups across hosts; BLAS thread
+/// counts that differ between ranks. Empty when all is well.
+std::vector<std::string> placement_warnings(const std::vector<RankPlace>& places, int dp, int tp, int pp,
+                                            int sp = 1);
 
 /// \brief With parallel.tensor_within_node, throws InputError naming the first tensor group whose
 /// ranks are on more than one host.

@@ -26,7 +26,7 @@ void block_sums(const nn::ParamStore<float>& store, const float* values, std::ve
 
 void perturb_for_test(const Communicator& comm, Model& model, std::int64_t step) {
   const char* wanted = std::getenv("TESSERA_TEST_PERTURB_REPLICA");
-  if (wanted == nullptr || std::atoll(wanted) != step || comm.rank(Group::data) != 1) return;
+  if (wanted == nullptr || std::atoll(wanted) != step || comm.rank(Group::replica) != 1) return;
   auto values = model.params().values();
   auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), values);
   h(0) += 1e-3f;
@@ -36,7 +36,7 @@ void perturb_for_test(const Communicator& comm, Model& model, std::int64_t step)
 }  // namespace
 
 const char* replicated_state(const Config& cfg, const Communicator& comm) {
-  if (comm.size(Group::data) == 1 || cfg.parallel.zero >= 3) return "";
+  if (comm.size(Group::replica) == 1 || cfg.parallel.zero >= 3) return "";
   return cfg.parallel.zero == 0 ? "parameters and optimizer state" : "parameters";
 }
 
@@ -52,9 +52,10 @@ void check_replicas(const Config& cfg, const Communicator& comm, Model& model, c
     for (std::size_t i = 0; i < opt.state_names().size(); ++i)
       block_sums(store, Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)).data(), sums);
 
-  // Every rank of the data group sees every rank's sums; the first that differs from rank 0's.
-  const std::vector<std::uint64_t> all = comm.allgather_u64(sums, Group::data);
-  const std::vector<int> ranks = comm.members(Group::data);
+  // Every rank of the replica group (data x spatial) sees every rank's sums; the first that differs
+  // from rank 0's.
+  const std::vector<std::uint64_t> all = comm.allgather_u64(sums, Group::replica);
+  const std::vector<int> ranks = comm.members(Group::replica);
   const std::size_t n = sums.size(), params = store.infos().size();
   std::string problem;
   for (std::size_t i = 0; i < n && problem.empty(); ++i) {
@@ -70,7 +71,7 @@ void check_replicas(const Config& cfg, const Communicator& comm, Model& model, c
                           "for bit: suspect those ranks' nodes or a bug", step, what, ranks[0],
                           fmt::join(differ, ", "), cfg.train.check_replicas_every);
   }
-  // Every data group reaches its own verdict; all ranks learn the first.
+  // Every replica group reaches its own verdict; all ranks learn the first.
   agree(comm.handle(), [&] {
     if (!problem.empty()) throw NumericError(problem);
   });

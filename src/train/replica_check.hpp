@@ -12,14 +12,15 @@
 namespace tessera {
 
 /// \brief What the data replicas hold alike under this deck: "parameters and optimizer state"
-/// (ZeRO 0), "parameters" (ZeRO 1, 2), or "" (ZeRO 3 shards everything; one data rank).
+/// (ZeRO 0), "parameters" (ZeRO 1, 2), or "" (ZeRO 3 shards everything; one replica).
 const char* replicated_state(const Config& cfg, const Communicator& comm);
 
-/// \brief Compares, over each data group, the checksum of every tensor block replicated_state()
-/// names (io/tensor_check.hpp's element checksum over the block). Where a data rank's block
+/// \brief Compares, over each replica group (the data group, times the spatial group where
+/// parallel.spatial > 1), the checksum of every tensor block replicated_state() names
+/// (io/tensor_check.hpp's element checksum over the block). Where a replica's block
 /// differs from its group's first rank, every rank throws the same NumericError naming the step,
 /// the first tensor that differs and the world ranks on either side. Collective over world.
-/// Test hook: TESSERA_TEST_PERTURB_REPLICA=STEP makes data rank 1 of each group add 1e-3 to its
+/// Test hook: TESSERA_TEST_PERTURB_REPLICA=STEP makes replica rank 1 of each group add 1e-3 to its
 /// first parameter value just before the check after that step.
 void check_replicas(const Config& cfg, const Communicator& comm, Model& model, const DataParallel& dp,
                     std::int64_t step);

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* csv_header =
     "kind,step,epoch,loss,lr,grad_norm,samples_per_s,accuracy,wall_s,"
-    "t_data,t_forward,t_backward,t_allreduce,t_optimizer,t_tensor,t_pipeline";
+    "t_data,t_forward,t_backward,t_allreduce,t_optimizer,t_tensor,t_pipeline,rel_l2";
 
 std::string opt(const std::optional<double>& v) {
   return v ? fmt::format("{:.9g}", *v) : std::string();
@@ -33,7 +33,7 @@ const std::vector<io::MetricsGroup>& h5_groups() {
       {"train",
        {{"step", true}, {"epoch", true}, {"loss"}, {"lr"}, {"grad_norm"}, {"samples_per_s"},
         {"wall_s"}, {"t_data"}, {"t_forward"}, {"t_backward"}, {"t_allreduce"}, {"t_optimizer"}}},
-      {"eval", {{"step", true}, {"epoch", true}, {"loss"}, {"accuracy"}, {"wall_s"}}},
+      {"eval", {{"step", true}, {"epoch", true}, {"loss"}, {"accuracy"}, {"wall_s"}, {"rel_l2"}}},
   };
   return groups;
 }
@@ -43,7 +43,7 @@ std::vector<double> h5_values(const MetricsRow& r) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   auto v = [nan](const std::optional<double>& x) { return x.value_or(nan); };
   const auto step = static_cast<double>(r.step), epoch = static_cast<double>(r.epoch);
-  if (r.kind == "eval") return {step, epoch, r.loss, v(r.accuracy), r.wall_s};
+  if (r.kind == "eval") return {step, epoch, r.loss, v(r.accuracy), r.wall_s, v(r.rel_l2)};
   return {step, epoch, r.loss, v(r.lr), v(r.grad_norm), v(r.samples_per_s), r.wall_s,
           v(r.t_data), v(r.t_forward), v(r.t_backward), v(r.t_allreduce), v(r.t_optimizer)};
 }
@@ -53,7 +53,7 @@ MetricsRow parse_row(const std::string& line) {
   std::vector<std::string> cells;
   std::stringstream in(line);
   for (std::string cell; std::getline(in, cell, ',');) cells.push_back(cell);
-  cells.resize(14);
+  cells.resize(17);
   auto opt_of = [&](std::size_t i) {
     return cells[i].empty() ? std::nullopt : std::optional<double>(std::stod(cells[i]));
   };
@@ -73,6 +73,9 @@ MetricsRow parse_row(const std::string& line) {
   r.t_backward = opt_of(11);
   r.t_allreduce = opt_of(12);
   r.t_optimizer = opt_of(13);
+  r.t_tensor = opt_of(14);
+  r.t_pipeline = opt_of(15);
+  r.rel_l2 = opt_of(16);
   return r;
 }
 
@@ -132,11 +135,11 @@ void RunOutput::log(const std::string& line) {
 
 void RunOutput::metrics(const MetricsRow& r) {
   if (!writer_) return;
-  csv_ << fmt::format("{},{},{},{:.9g},{},{},{},{},{:.3f},{},{},{},{},{},{},{}\n", r.kind, r.step,
+  csv_ << fmt::format("{},{},{},{:.9g},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{}\n", r.kind, r.step,
                       r.epoch, r.loss, opt(r.lr), opt(r.grad_norm), opt(r.samples_per_s),
                       opt(r.accuracy), r.wall_s, opt(r.t_data), opt(r.t_forward),
                       opt(r.t_backward), opt(r.t_allreduce), opt(r.t_optimizer), opt(r.t_tensor),
-                      opt(r.t_pipeline));
+                      opt(r.t_pipeline), opt(r.rel_l2));
   csv_.flush();
   h5_->append(r.kind, h5_values(r));
 }

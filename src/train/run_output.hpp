@@ -24,6 +24,7 @@ struct MetricsRow {
   std::int64_t epoch = 0;
   double loss = 0.0;
   std::optional<double> lr, grad_norm, samples_per_s, accuracy;
+  std::optional<double> rel_l2;  ///< eval rows of a field model: the mean relative L2 error
   double wall_s = 0.0;
   // Step-time split (train rows): seconds per step over the logging interval.
   std::optional<double> t_data, t_forward, t_backward, t_allreduce, t_optimizer, t_tensor, t_pipeline;

@@ -17,6 +17,7 @@
 #include "train/pipeline.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/replica_check.hpp"
+#include "train/spatial_halo.hpp"
 #include "train/stop_signal.hpp"
 #include "train/threads.hpp"
 
@@ -61,7 +62,7 @@ Batch load_batch(io::Split& split, std::span<const std::int64_t> indices,
   float* pt = info.has_labels ? nullptr : (host_accessible ? t.data() : h_t.data());
   split.read(indices, px, py, pt);
   if constexpr (!host_accessible) {
-    const auto f = static_cast<std::size_t>(info.features);
+    const auto f = static_cast<std::size_t>(info.local_features);
     Kokkos::deep_copy(Kokkos::subview(x, std::make_pair<std::size_t>(0, n), Kokkos::ALL),
                       MatrixU<float, HostSpace>(h_x.data(), n, f));
     if (py) Kokkos::deep_copy(Kokkos::subview(y, std::make_pair<std::size_t>(0, n * lw)),
@@ -79,8 +80,8 @@ Batch load_batch(io::Split& split, std::span<const std::int64_t> indices,
 void allocate_batch(const io::SplitInfo& info, std::size_t rows, std::vector<float>& h_x,
                     std::vector<std::int32_t>& h_y, std::vector<float>& h_t, Matrix<float>& x,
                     Vector<std::int32_t>& y, Matrix<float>& t) {
-  const auto f = static_cast<std::size_t>(info.features);
-  const auto w = static_cast<std::size_t>(std::max<std::int64_t>(1, info.target_width));
+  const auto f = static_cast<std::size_t>(info.local_features);
+  const auto w = static_cast<std::size_t>(std::max<std::int64_t>(1, info.local_target_width));
   const auto lw = static_cast<std::size_t>(info.label_width);
   x = Matrix<float>(mem::label(mem::Category::data, "tessera::Trainer::inputs"), rows, f);
   y = Vector<std::int32_t>(mem::label(mem::Category::data, "tessera::Trainer::labels"), info.has_labels ? rows * lw : 0);
@@ -106,6 +107,7 @@ ModelShape model_shape(const Config& cfg, const io::SplitInfo& info) {
   ModelShape s;
   s.in_features = info.features;
   s.sample_shape = info.sample_shape;
+  s.target_shape = info.target_shape;
   s.classification = info.has_labels;
   s.outputs = info.has_labels ? info.classes : info.target_width;
   const bool tokens = info.label_width > 1 || (info.has_labels && info.label_width == info.features &&
@@ -149,6 +151,8 @@ ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelSha
     comm.allreduce_sum(x, n, Group::tensor);
     if (tensor_seconds) *tensor_seconds += StepTimer::now() - t0;
   };
+  if (cfg.model.kind == ModelKind::unet && comm.sp() > 1) part.halo = std::make_shared<SpatialHalo<float>>(comm);
+  part.halo_overlap = cfg.parallel.halo_overlap;
   return part;
 }
 
@@ -172,7 +176,7 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
   Matrix<float> x, t;
   Vector<std::int32_t> y;
   allocate_batch(info, batch, h_x, h_y, h_t, x, y, t);
-  double sums[3] = {0.0, 0.0, 0.0};  // loss, correct, samples
+  double sums[4] = {0.0, 0.0, 0.0, 0.0};  // loss, correct, samples, relative L2 errors
   for (std::size_t k = 0; k < rounds; ++k) {
     const std::size_t begin = std::min(k * batch, mine.size());
     const auto idx = mine.subspan(begin, std::min(batch, mine.size() - begin));
@@ -195,6 +199,7 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
         const LossSums l = model.loss(exec, slot, b.labels, b.targets, 0.0f);
         sums[0] += l.loss;
         sums[1] += l.correct;
+        sums[3] += l.rel_l2;
       }
       sums[2] += static_cast<double>(rows);
     } else {
@@ -202,13 +207,15 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
     }
     model.release(slot);
   }
-  // The last stage's tensor rank 0 of each data rank holds the sums.
-  if (!model.last_stage() || comm.rank(Group::tensor) != 0) sums[0] = sums[1] = sums[2] = 0.0;
-  comm.allreduce_sum(sums, 3, Group::world);
+  // The last stage's tensor rank 0 (and spatial rank 0) of each data rank holds the sums.
+  if (!model.last_stage() || comm.rank(Group::tensor) != 0 || comm.rank(Group::spatial) != 0)
+    sums[0] = sums[1] = sums[2] = sums[3] = 0.0;
+  comm.allreduce_sum(sums, 4, Group::world);
   EvalResult e;
   e.samples = static_cast<std::int64_t>(sums[2]);
   e.loss = sums[0] / sums[2];
   e.accuracy = info.has_labels ? sums[1] / sums[2] : std::nan("");
+  e.rel_l2 = cfg.model.kind == ModelKind::unet ? sums[3] / sums[2] : std::nan("");
   return e;
 }
 
@@ -217,27 +224,31 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   run_start_wall_ = StepTimer::now();
   // Where every rank runs, before anything is allocated: a tensor group across nodes may be an error.
   const ThreadSetup threads = current_thread_setup();
-  places_ = gather_placement(comm_, comm_.dp(), comm_.tp(), threads.blas.threads, threads.host_threads);
+  places_ = gather_placement(comm_, comm_.dp(), comm_.tp(), threads.blas.threads, threads.host_threads, comm_.sp());
   check_tensor_within_node(cfg_, places_);
   ckpt_ = std::make_unique<Checkpointer>(cfg_, comm_);
   const std::string resume_path = prepare_output_dir(resume);
 
-  // Data first: the model's shape comes from it.
+  // Data first: the model's shape comes from it. Under parallel.spatial each rank reads its block
+  // of every sample's rows.
   const MPI_Comm data_comm = comm_.handle(Group::data);
   const std::uint64_t cache_limit = data_cache_limit(comm_);
+  const io::RowBlock block{comm_.sp(), comm_.rank(Group::spatial)};
   {
     const auto watch = comm_.watch("dataset open", Group::data);
     train_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.train_split, cfg_.model.context,
-                            cfg_.data.cache, cache_limit);
+                            cfg_.data.cache, cache_limit, block);
   }
   const ModelShape shape = model_shape(cfg_, train_->info());
   if (eval_enabled(cfg_.eval)) {
     const auto watch = comm_.watch("dataset open", Group::data);
     test_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.test_split, cfg_.model.context,
-                           cfg_.data.cache, cache_limit);
+                           cfg_.data.cache, cache_limit, block);
     const auto& ti = test_->info();
     if (ti.features != shape.in_features || ti.has_labels != shape.classification ||
-        (ti.has_labels ? ti.classes > shape.outputs : ti.target_width != shape.outputs))
+        (ti.has_labels ? ti.classes > shape.outputs : ti.target_width != shape.outputs) ||
+        (cfg_.model.kind == ModelKind::unet && (ti.sample_shape != shape.sample_shape ||
+                                                ti.target_shape != shape.target_shape)))
       throw InputError(fmt::format("{}: split /{} does not match /{} (features {} vs {}, outputs "
                                    "{} vs {})", cfg_.data.path, cfg_.data.test_split,
                                    cfg_.data.train_split, ti.features, shape.in_features,
@@ -306,7 +317,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
     out_->log(*replicated_state(cfg_, comm_) == '\0'
                   ? fmt::format("replica checks: none (train.check_replicas_every = {}: {})",
                                 cfg_.train.check_replicas_every,
-                                comm_.size(Group::data) == 1 ? "one data replica" : "ZeRO 3 shards everything")
+                                comm_.size(Group::replica) == 1 ? "one data replica" : "ZeRO 3 shards everything")
                   : fmt::format("replica checks: every {} steps the data replicas compare the checksums of "
                                 "their {}", cfg_.train.check_replicas_every, replicated_state(cfg_, comm_)));
   out_->log(fmt::format("exchange: {} bucket(s) of about {} MB, overlap {}, no_sync {}, ZeRO stage {}",
@@ -314,8 +325,8 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                         cfg_.comm.no_sync, cfg_.parallel.zero));
   out_->log(comm_.describe_backend());
   out_->log(describe(threads));
-  for (const auto& line : describe_placement(places_, comm_.dp(), comm_.tp(), comm_.pp())) out_->log(line);
-  for (const auto& line : placement_warnings(places_, comm_.dp(), comm_.tp(), comm_.pp())) out_->log(line);
+  for (const auto& line : describe_placement(places_, comm_.dp(), comm_.tp(), comm_.pp(), comm_.sp())) out_->log(line);
+  for (const auto& line : placement_warnings(places_, comm_.dp(), comm_.tp(), comm_.pp(), comm_.sp())) out_->log(line);
   out_->log(blas::describe_gemm());
   if (cfg_.train.precision != Precision::fp32)
     out_->log(fmt::format("precision: {} matrix products ({}), outputs stored in {}; master weights, "
@@ -496,8 +507,9 @@ double Trainer::train_step(double lr) {
                           state_.step + 1, loss_scale, scaler_->scale()));
   timer_.add(Phase::allreduce, dp_->last_comm_seconds());
   timer_.add(Phase::optimizer, dp_->last_update_seconds());
-  // The loss lives on the last stage; its tensor ranks all hold it: count it once.
-  if (!model_->last_stage() || comm_.rank(Group::tensor) != 0) loss_sum = 0.0;
+  // The loss lives on the last stage; its tensor ranks all hold it: count it once (a spatial
+  // model counts it on spatial rank 0).
+  if (!model_->last_stage() || comm_.rank(Group::tensor) != 0 || comm_.rank(Group::spatial) != 0) loss_sum = 0.0;
   // One small reduction per step: the loss, whether any rank saw a non-finite gradient, whether
   // any rank was asked to stop (so all stop after this same step), and how many ranks have
   // finished writing the asynchronous checkpoint in flight (all: it is completed after the step).
@@ -574,10 +586,12 @@ void Trainer::log_progress(double lr, double loss, double grad_norm) {
 EvalResult Trainer::run_eval() {
   last_eval_ = evaluate(cfg_, comm_, *model_, *test_);
   last_eval_step_ = state_.step;
-  out_->log(fmt::format("eval  step {} epoch {}: test loss {:.4f}{} ({} samples)", state_.step,
+  out_->log(fmt::format("eval  step {} epoch {}: test loss {:.4f}{}{} ({} samples)", state_.step,
                         state_.epoch, last_eval_.loss,
                         std::isnan(last_eval_.accuracy) ? std::string()
                                                         : fmt::format(" accuracy {:.4f}", last_eval_.accuracy),
+                        std::isnan(last_eval_.rel_l2) ? std::string()
+                                                      : fmt::format(" relative L2 error {:.4f}", last_eval_.rel_l2),
                         last_eval_.samples));
   MetricsRow row;
   row.kind = "eval";
@@ -585,6 +599,7 @@ EvalResult Trainer::run_eval() {
   row.epoch = state_.epoch;
   row.loss = last_eval_.loss;
   if (!std::isnan(last_eval_.accuracy)) row.accuracy = last_eval_.accuracy;
+  if (!std::isnan(last_eval_.rel_l2)) row.rel_l2 = last_eval_.rel_l2;
   row.wall_s = StepTimer::now() - run_start_wall_;
   out_->metrics(row);
   return last_eval_;
@@ -627,8 +642,13 @@ ExitCode Trainer::run() {
     const auto batch_size = static_cast<std::int64_t>(
         sampler_->global_batch(state_.epoch, state_.batch_in_epoch).size());
     const double t0 = StepTimer::now();
+    const nn::HaloStats halo_before = model_->halo() ? model_->halo()->stats() : nn::HaloStats{};
     last_loss_ = train_step(lr);
     const double dt = StepTimer::now() - t0;
+    if (model_->halo()) {
+      halo_train_ += model_->halo()->stats() - halo_before;
+      ++halo_steps_;
+    }
     total_step_seconds_ += dt;
     total_step_seconds_interval_ += dt;
     interval_samples_ += batch_size;
@@ -636,7 +656,10 @@ ExitCode Trainer::run() {
 
     ++state_.step;
     state_.samples_seen += batch_size;
-    if (state_.step == resumed_from_ + 1 || (resumed_from_ < 0 && state_.step == 1)) log_memory();
+    if (state_.step == resumed_from_ + 1 || (resumed_from_ < 0 && state_.step == 1)) {
+      log_memory();
+      check_memory_limit(cfg_, comm_);
+    }
     bool epoch_end = false;
     if (++state_.batch_in_epoch == bpe) {
       ++state_.epoch;
@@ -685,6 +708,17 @@ nlohmann::json Trainer::summary(const std::string& status) const {
   j["test_loss"] = last_eval_step_ >= 0 ? nlohmann::json(last_eval_.loss) : nlohmann::json(nullptr);
   j["test_accuracy"] = last_eval_step_ >= 0 && !std::isnan(last_eval_.accuracy)
                            ? nlohmann::json(last_eval_.accuracy) : nlohmann::json(nullptr);
+  if (cfg_.model.kind == ModelKind::unet)
+    j["test_rel_l2"] = last_eval_step_ >= 0 ? nlohmann::json(last_eval_.rel_l2) : nlohmann::json(nullptr);
+  if (model_->halo() != nullptr && halo_steps_ > 0) {
+    // Per training step of this run (evaluation's forwards excluded), this rank's view.
+    const auto per_step = [&](double v) { return v / static_cast<double>(halo_steps_); };
+    j["halo"] = {{"exchanges_per_step", per_step(static_cast<double>(halo_train_.exchanges))},
+                 {"bytes_per_step", per_step(static_cast<double>(halo_train_.bytes_sent))},
+                 {"wait_s_per_step", per_step(halo_train_.wait_seconds)},
+                 {"overlap", cfg_.parallel.halo_overlap},
+                 {"rank", comm_.rank()}};
+  }
   j["samples_per_s"] = total_step_seconds_ > 0
                            ? static_cast<double>(total_samples_timed_) / total_step_seconds_ : 0.0;
   j["wall_s"] = StepTimer::now() - run_start_wall_;

@@ -31,6 +31,7 @@ struct ResumeRequest {
 struct EvalResult {
   double loss = 0.0;
   double accuracy = 0.0;
+  double rel_l2 = 0.0;  ///< unet: the mean relative L2 error of the predicted fields; NaN otherwise
   std::int64_t samples = 0;
 };
 
@@ -112,6 +113,8 @@ class Trainer {
   Matrix<float> inputs_, targets_;
   Vector<std::int32_t> labels_;
 
+  nn::HaloStats halo_train_;       // halo exchanges of this run's training steps (spatial models)
+  std::int64_t halo_steps_ = 0;
   StepTimer timer_;
   double tensor_seconds_ = 0.0;  // time in tensor-group sums, since the last take
   // Activation slots whose micro-batch is done but whose pipeline sends may still be in flight.

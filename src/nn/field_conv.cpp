@@ -1,0 +1,111 @@
+#include "nn/field_conv.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "blas/gemm.hpp"
+#include "kernels/halo_conv.hpp"
+
+namespace tessera::nn {
+
+template <class T>
+FieldConv<T>::FieldConv(ParamStore<T>& store, const std::string& prefix, const Shape& shape)
+    : store_(&store), s_(shape) {
+  if (s_.kernel < 1 || s_.kernel % 2 == 0)
+    throw std::invalid_argument(fmt::format("tessera::nn::FieldConv {}: kernel {} must be odd", prefix, s_.kernel));
+  if (s_.rows < pad())
+    throw std::invalid_argument(fmt::format("tessera::nn::FieldConv {}: a block of {} rows is thinner than the "
+                                            "halo of {} rows", prefix, s_.rows, pad()));
+  conv_ = kernels::ConvShape{s_.in, s_.rows, s_.width, s_.kernel, pad()};
+  store.begin_unit();
+  unit_ = store.units() - 1;
+  const double bound = 1.0 / std::sqrt(double(s_.in) * s_.kernel * s_.kernel);
+  weight_ = store.add(prefix + ".weight", {s_.out, s_.in, s_.kernel, s_.kernel}, InitKind::uniform, bound);
+  bias_ = store.add(prefix + ".bias", {s_.out}, InitKind::uniform, bound);
+}
+
+template <class T>
+void FieldConv<T>::multiply_rows(const ExecSpace& exec, Index batch, const T* col, T* z, Index y0, Index y1) const {
+  if (y1 <= y0) return;
+  const Index rows = conv_.rows(), pos = conv_.positions(), out = s_.out, W = s_.width;
+  const T* w = store_->value(weight_).data();
+  for (Index b = 0; b < batch; ++b)
+    blas::gemm(exec, blas::Op::N, blas::Op::N, int(out), int((y1 - y0) * W), int(rows), T(1), w, int(rows),
+               col + b * rows * pos + y0 * W, int(pos), T(1), z + b * out * pos + y0 * W, int(pos));
+}
+
+template <class T>
+void FieldConv<T>::forward(const ExecSpace& exec, Index batch, const T* x, T* col, T* z, const HaloBuffers<T>& buf,
+                           Halo<T>* halo, bool overlap) const {
+  const Index P = pad(), H = s_.rows, W = s_.width, C = s_.in;
+  const bool exchange = halo != nullptr && halo->size() > 1 && P > 0;
+  // Pack and send: the first P rows up, the last P rows down.
+  if (exchange) {
+    if (halo->has_up()) kernels::pack_rows(exec, x, batch, C, H, W, Index(0), P, buf.send_up);
+    if (halo->has_down()) kernels::pack_rows(exec, x, batch, C, H, W, H - P, P, buf.send_down);
+    exec.fence();
+    halo->start(buf.send_up, buf.send_down, buf.recv_up, buf.recv_down, std::size_t(batch * halo_size()));
+    if (!overlap) halo->finish();
+  }
+  kernels::fill_channels(exec, store_->value(bias_), batch, Index(s_.out), conv_.positions(), z);
+  // The interior rows read no halo: compute them while it travels.
+  const Index lo = std::min(P, H), hi = std::max(lo, H - P);
+  kernels::im2col_rows(exec, conv_, x, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), col,
+                       batch, lo, hi);
+  multiply_rows(exec, batch, col, z, lo, hi);
+  if (exchange && overlap) {
+    exec.fence();
+    halo->finish();
+  }
+  // The boundary rows, from the halos (zeros at the field's edges).
+  const T* top = exchange && halo->has_up() ? buf.recv_up : nullptr;
+  const T* bottom = exchange && halo->has_down() ? buf.recv_down : nullptr;
+  kernels::im2col_rows(exec, conv_, x, top, bottom, col, batch, Index(0), lo);
+  kernels::im2col_rows(exec, conv_, x, top, bottom, col, batch, hi, H);
+  multiply_rows(exec, batch, col, z, Index(0), lo);
+  multiply_rows(exec, batch, col, z, hi, H);
+}
+
+template <class T>
+void FieldConv<T>::backward(const ExecSpace& exec, Index batch, const T* dz, const T* col, T* dx, T* dcol,
+                            const HaloBuffers<T>& buf, Halo<T>* halo, bool overlap) const {
+  const Index P = pad(), H = s_.rows, W = s_.width, C = s_.in, out = s_.out;
+  const Index rows = conv_.rows(), pos = conv_.positions();
+  const bool exchange = dx != nullptr && halo != nullptr && halo->size() > 1 && P > 0;
+  kernels::channel_sums(exec, dz, batch, out, pos, store_->grad(bias_));
+  if (dx != nullptr) {
+    // dcol_b = W^T dz_b; col2im gives the block's rows and the halo rows (the neighbours' rows).
+    const T* w = store_->value(weight_).data();
+    for (Index b = 0; b < batch; ++b)
+      blas::gemm(exec, blas::Op::T, blas::Op::N, int(rows), int(pos), int(out), T(1), w, int(rows),
+                 dz + b * out * pos, int(pos), T(0), dcol + b * rows * pos, int(pos));
+    kernels::col2im_rows(exec, conv_, dcol, dx, exchange && halo->has_up() ? buf.send_up : nullptr,
+                         exchange && halo->has_down() ? buf.send_down : nullptr, batch);
+    if (exchange) {
+      exec.fence();
+      halo->start(buf.send_up, buf.send_down, buf.recv_up, buf.recv_down, std::size_t(batch * halo_size()));
+      if (!overlap) halo->finish();
+    }
+  }
+  // The weight gradient while the halo gradients travel.
+  T* dw = store_->grad(weight_).data();
+  for (Index b = 0; b < batch; ++b)
+    blas::gemm(exec, blas::Op::N, blas::Op::T, int(out), int(rows), int(pos), T(1), dz + b * out * pos, int(pos),
+               col + b * rows * pos, int(pos), T(1), dw, int(rows));
+  if (!exchange) return;
+  if (overlap) {
+    exec.fence();
+    halo->finish();
+  }
+  // What the neighbours computed for this block's first and last rows.
+  if (halo->has_up()) kernels::add_rows(exec, buf.recv_up, batch, C, H, W, Index(0), P, dx);
+  if (halo->has_down()) kernels::add_rows(exec, buf.recv_down, batch, C, H, W, H - P, P, dx);
+}
+
+template class FieldConv<float>;
+template class FieldConv<double>;
+
+}  // namespace tessera::nn
