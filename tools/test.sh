@@ -14,10 +14,12 @@ if [[ ${TESSERA_SKIP_SANITIZERS:-0} != 1 ]]; then
   TESSERA_BUILD_TYPE=Debug TESSERA_CUDA=OFF tools/setup.sh build-asan -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON
   # Leak checking is off: Open MPI and HDF5 keep allocations alive until exit by design.
   # The multi-node tests (label cluster, about 6 minutes in Release) check launchers, placement,
-  # Slurm and node failures, not code paths the single-node tests leave out; they run in the
-  # Release pass only unless TESSERA_SANITIZE_CLUSTER=1.
+  # Slurm and node failures, not code paths the single-node tests leave out; the damage test
+  # (label damage, 4-6 minutes in Release) runs 168 whole commands whose code paths the fuzz
+  # replays (label fuzz) and test_robustness cover under the sanitizers in seconds. Both run in
+  # the Release pass only unless TESSERA_SANITIZE_CLUSTER=1 (cluster and damage).
   exclude=()
-  [[ ${TESSERA_SANITIZE_CLUSTER:-0} == 1 ]] || exclude=(-LE cluster)
+  [[ ${TESSERA_SANITIZE_CLUSTER:-0} == 1 ]] || exclude=(-LE "cluster|damage")
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure --timeout 900 -j 2 "${exclude[@]}"
 fi
 # The fuzz targets from their seeds and regression cases; a finding fails CI and is kept under
