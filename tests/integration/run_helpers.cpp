@@ -146,4 +146,17 @@ void expect_layout_invariant(const std::string& name, const std::string& extra,
   }
 }
 
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+void expect_input_error(const RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(count(r.output, "tessera: error:"), 1) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << r.output;
+  EXPECT_EQ(count(r.output, "internal error"), 0) << r.output;
+}
+
 }  // namespace tessera::test

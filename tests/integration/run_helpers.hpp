@@ -32,6 +32,11 @@ std::vector<MetricsRow> read_metrics(const std::string& run_dir);
 /// Train-row losses by step.
 std::map<std::int64_t, double> train_losses(const std::string& run_dir);
 std::string read_file(const std::string& path);
+/// How often what occurs in text.
+int count(const std::string& text, const std::string& what);
+/// A run refused as bad input: exit 2, exactly one `tessera: error:` line, needle in the output,
+/// no internal error.
+void expect_input_error(const RunResult& r, const std::string& needle);
 
 /// Largest relative difference |a-b| / max(|a|,|b|, tiny) over the steps both have; fails if the
 /// step sets differ.

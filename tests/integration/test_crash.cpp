@@ -31,12 +31,6 @@ std::string latest(const std::string& run) {
   return name;
 }
 
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
 // The uninterrupted 2-rank run, made once.
 const std::string& whole_run() {
   static const std::string dir = [] {

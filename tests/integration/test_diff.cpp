@@ -48,12 +48,6 @@ std::map<std::string, CsvRow> read_csv(const std::string& path) {
   return rows;
 }
 
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
 // Runs python (Debian's, with h5py and numpy) on a script; returns its output.
 std::string python(const std::string& dir, const std::string& script, const std::string& args) {
   const std::string file = dir + "/script.py";

@@ -28,19 +28,6 @@ const std::string kSource = TESSERA_SOURCE_DIR;
 const std::string kGpt = "--set model.width=32 --set model.heads=4 --set model.layers=2";
 const std::string kCnn = "--set model.kind=cnn --set model.channels=[4,8] --set model.hidden=[32]";
 
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
-void expect_input_error(const RunResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_EQ(count(r.output, "tessera: error:"), 1) << r.output;
-  EXPECT_NE(r.output.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << r.output;
-  EXPECT_EQ(count(r.output, "internal error"), 0) << r.output;
-}
-
 std::string ckpt(const std::string& run, int step) { return fmt::format("{}/checkpoints/step_{:08}.h5", run, step); }
 
 // --- The runs every test starts from ----------------------------------------------------------

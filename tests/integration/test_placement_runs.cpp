@@ -31,12 +31,6 @@ RunResult two_hosts(const std::string& args) {
                "'hostname h$OMPI_COMM_WORLD_RANK && exec " + std::string(TESSERA_BINARY) + " " + args + "'");
 }
 
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
 TEST(Placement, LogAndSummaryHoldTheRankTable) {
   const std::string dir = fresh_dir("table");
   const RunResult r = tessera(2, train_args(dir, kShort + "--set run.blas_threads=1"));

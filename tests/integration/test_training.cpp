@@ -22,12 +22,6 @@ namespace fs = std::filesystem;
 
 const std::string deck = test_deck();
 
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
 TEST(Training, LossesEqualOneRankOnTwoAndFourRanks) {
   expect_layout_invariant("sgd", "", {{2, ""}, {4, ""}, {2, "--set parallel.micro_batches=4"}});
 }
@@ -228,12 +222,6 @@ TEST(Training, InspectAndEvalReadTheCheckpoint) {
 }
 
 // Bad input: exit code 2, one "tessera: error:" line naming the problem, nothing overwritten.
-void expect_input_error(const RunResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_EQ(count(r.output, "tessera: error:"), 1) << r.output;
-  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
-}
-
 // Regression: a float32 dataset with `targets` trains with MSE, the same on 1 and 2 ranks,
 // and learns (a linear target is easy: the loss must fall by a large factor).
 TEST(Training, RegressionTargetsTrainWithMseOnAnyRankCount) {
