@@ -20,7 +20,9 @@ inline constexpr double kProbeSeconds = 30.0;
 /// \brief Reads all of path's metadata in a child process (fork, no exec, no MPI in the child).
 /// \return why the file cannot be used ("reading its metadata crashed the HDF5 library (signal
 ///         11)", "... did not finish within N s", or HDF5's own error), or nullopt where the
-///         metadata reads cleanly (or no child could be started). Local.
+///         metadata reads cleanly (or no child could be started). A clean answer is reused while
+///         the file's device, inode, size and timestamps stay as they were and it last changed more
+///         than 2 s before (a run opens its dataset once per split and reader). Local.
 std::optional<std::string> probe(const std::string& path);
 
 /// \brief Checks path on every rank of comm before a parallel open: every rank that it exists
