@@ -72,7 +72,7 @@ io::TensorSlab block_rows(const std::string& path, const nn::ParamInfo& p, const
 // What this rank writes from a ZeRO shard: its piece, an element range of its tensor block. A
 // block every tensor rank holds is written from tensor rank 0 only.
 io::TensorSlab shard_piece(const std::string& path, const nn::ParamInfo& p,
-                           const DataParallel::Piece& piece, const float* shard, bool writes) {
+                           const Sharding::Piece& piece, const float* shard, bool writes) {
   io::TensorSlab slab;
   slab.path = path;
   slab.shape = to_u64(p.logical_shape);
@@ -193,9 +193,10 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataPa
                                                 const float* values,
                                                 const std::vector<const float*>& states) const {
   const auto& store = model.params();
-  const int zero = dp != nullptr ? dp->zero() : 0;
-  const bool sharded_values = zero >= 3;
-  const auto pieces = zero >= 1 ? dp->shard_pieces() : std::vector<DataParallel::Piece>{};
+  const Sharding* sh = dp != nullptr ? &dp->sharding() : nullptr;
+  const bool sharded_values = sh != nullptr && sh->values_sharded();
+  const bool sharded_states = sh != nullptr && sh->state_sharded();
+  const auto pieces = sharded_values || sharded_states ? sh->pieces() : std::vector<Sharding::Piece>{};
   const int d = comm_.rank(Group::replica), n_d = comm_.size(Group::replica);
   const int t = comm_.rank(Group::tensor), n_t = comm_.size(Group::tensor);
   // A block this rank holds whole is split by rows over its replicas (the replica group: the data
@@ -229,7 +230,7 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataPa
       out.push_back(mine ? slab(model_path, i, values, sharded_values ? values : nullptr) : none(model_path));
     for (std::size_t k = 0; k < states.size(); ++k) {
       const std::string path = "optimizer/" + logical.name + "/" + state_names[k];
-      out.push_back(mine ? slab(path, i, states[k], zero >= 1 ? states[k] : nullptr) : none(path));
+      out.push_back(mine ? slab(path, i, states[k], sharded_states ? states[k] : nullptr) : none(path));
     }
   }
   return out;
@@ -262,11 +263,10 @@ io::CheckpointContent Checkpointer::content(const Model& model, const DataParall
 }
 
 std::string Checkpointer::save(const Model& model, const DataParallel& dp, const TrainState& state) {
-  const auto& store = model.params();
   const Optimizer& opt = dp.optimizer();
   // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
-  // optimizer state (full at zero 0, this rank's shard above).
-  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), dp.zero() >= 3 ? dp.value_shard() : store.values());
+  // optimizer state (full, or this rank's shard: the sharding says).
+  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), dp.sharding().values());
   std::vector<decltype(h_values)> h_states;
   std::vector<const float*> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
@@ -299,7 +299,7 @@ void Checkpointer::begin_save(const Model& model, const DataParallel& dp, const 
     into.resize(view.size());
     Kokkos::deep_copy(Kokkos::View<float*, HostSpace, Kokkos::MemoryUnmanaged>(into.data(), into.size()), view);
   };
-  stage(dp.zero() >= 3 ? dp.value_shard() : model.params().values(), p->values);
+  stage(dp.sharding().values(), p->values);
   const Optimizer& opt = dp.optimizer();
   std::vector<const float*> states;
   p->states.resize(opt.state_names().size());
@@ -376,7 +376,7 @@ namespace {
 // block at the store's offset, or its shard's piece at the piece's shard offset; nothing where the
 // parameter belongs to another pipeline stage. Collective over the file's communicator.
 void read_tensor(const io::CheckpointFile& file, const std::string& ds, const nn::ParamStore<float>& store,
-                 const nn::ParamInfo& logical, const std::vector<DataParallel::Piece>* pieces, float* out) {
+                 const nn::ParamInfo& logical, const std::vector<Sharding::Piece>* pieces, float* out) {
   const std::size_t i = store.index_of(logical.name).value_or(store.infos().size());
   if (i == store.infos().size()) {
     const std::vector<std::uint64_t> none(logical.logical_shape.size(), 0);
@@ -454,13 +454,14 @@ void Checkpointer::load_model(const std::string& path, Model& model, DataParalle
 
   // Every rank goes through every tensor of the model, reading nothing of those another pipeline
   // stage holds; then the parts of each tensor add up to its checksum.
-  const bool sharded = dp != nullptr && dp->zero() >= 3;
-  auto h_values = Kokkos::create_mirror_view(sharded ? dp->value_shard() : store.values());
-  const auto pieces = sharded ? dp->shard_pieces() : std::vector<DataParallel::Piece>{};
+  const bool sharded = dp != nullptr && dp->sharding().values_sharded();
+  const Vector<float> values = dp != nullptr ? dp->sharding().values() : store.values();
+  auto h_values = Kokkos::create_mirror_view(values);
+  const auto pieces = sharded ? dp->sharding().pieces() : std::vector<Sharding::Piece>{};
   for (const auto& logical : all)
     read_tensor(file, "model/" + logical.name, store, logical, sharded ? &pieces : nullptr, h_values.data());
   verify(file, slabs(model, sharded ? dp : nullptr, h_values.data(), {}));
-  Kokkos::deep_copy(sharded ? dp->value_shard() : store.values(), h_values);
+  Kokkos::deep_copy(values, h_values);
 }
 
 TrainState Checkpointer::load(const std::string& path, Model& model, DataParallel& dp) {
@@ -486,7 +487,8 @@ TrainState Checkpointer::load(const std::string& path, Model& model, DataParalle
   });
 
   const auto& store = model.params();
-  const auto pieces = dp.zero() >= 1 ? dp.shard_pieces() : std::vector<DataParallel::Piece>{};
+  const bool sharded = dp.sharding().state_sharded();
+  const auto pieces = sharded ? dp.sharding().pieces() : std::vector<Sharding::Piece>{};
   std::vector<decltype(Kokkos::create_mirror_view(opt.state(0)))> h_states;
   std::vector<const float*> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
@@ -494,7 +496,7 @@ TrainState Checkpointer::load(const std::string& path, Model& model, DataParalle
     states.push_back(h_states.back().data());
     for (const auto& logical : all)
       read_tensor(file, "optimizer/" + logical.name + "/" + opt.state_names()[i], store, logical,
-                  dp.zero() >= 1 ? &pieces : nullptr, h_states.back().data());
+                  sharded ? &pieces : nullptr, h_states.back().data());
   }
   verify(file, slabs(model, &dp, nullptr, states));  // the model's were verified by load_model
   for (std::size_t i = 0; i < h_states.size(); ++i) Kokkos::deep_copy(opt.state(i), h_states[i]);

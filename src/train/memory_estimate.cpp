@@ -31,7 +31,8 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
   nn::ParamStore<float> store;
   const auto net = make_network(store, cfg, shape);
   const int zero = cfg.parallel.zero;
-  store.plan(zero >= 1 ? cfg.parallel.data * cfg.parallel.spatial : 1, DataParallel::bucket_elements(cfg));
+  const ParamLayout layout = Sharding::layout(cfg, cfg.parallel.data * cfg.parallel.spatial);
+  store.plan(layout.shards, layout.bucket_elements);
   std::size_t largest = 0;
   for (const auto& b : store.buckets()) largest = std::max(largest, b.length);
   const auto full = static_cast<double>(store.size()), shard = static_cast<double>(store.shard_size()),

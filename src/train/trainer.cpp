@@ -259,15 +259,14 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   const BatchRows rows = batch_rows(cfg_, train_->info().samples, test_ ? test_->info().samples : 0);
   check_memory(cfg_, estimate_memory(cfg_, shape, rows), comm_.ranks_on_node());
   const auto micro = static_cast<int>(rows.micro);
-  ParamLayout layout;
-  layout.shards = DataParallel::shards(cfg_, comm_);
-  layout.bucket_elements = DataParallel::bucket_elements(cfg_);
-  layout.storage = DataParallel::storage(cfg_.parallel.zero);
-  model_ = std::make_unique<Model>(cfg_, shape, static_cast<int>(std::max(rows.micro, rows.eval)), layout,
-                                   model_part(cfg_, comm_, shape, &tensor_seconds_));
-  dp_ = std::make_unique<DataParallel>(cfg_, comm_, model_->params());
+  // The sharding first: it says how the model's parameter store is planned and allocated.
+  sharding_ = std::make_unique<Sharding>(cfg_, comm_);
+  model_ = std::make_unique<Model>(cfg_, shape, static_cast<int>(std::max(rows.micro, rows.eval)),
+                                   sharding_->layout(), model_part(cfg_, comm_, shape, &tensor_seconds_));
+  sharding_->bind(model_->params());
+  if (sharding_->values_sharded()) sharding_->initialize(exec_, cfg_.run.seed);
+  dp_ = std::make_unique<DataParallel>(cfg_, comm_, model_->params(), *sharding_);
   model_->set_hooks(dp_.get());
-  if (cfg_.parallel.zero >= 3) dp_->initialize(exec_, cfg_.run.seed);
   sampler_ = std::make_unique<Sampler>(train_->info().samples, cfg_.run.seed,
                                        cfg_.train.global_batch, cfg_.train.drop_last);
   if (sampler_->batches_per_epoch() == 0)
@@ -320,9 +319,9 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                                 comm_.size(Group::replica) == 1 ? "one data replica" : "ZeRO 3 shards everything")
                   : fmt::format("replica checks: every {} steps the data replicas compare the checksums of "
                                 "their {}", cfg_.train.check_replicas_every, replicated_state(cfg_, comm_)));
-  out_->log(fmt::format("exchange: {} bucket(s) of about {} MB, overlap {}, no_sync {}, ZeRO stage {}",
+  out_->log(fmt::format("exchange: {} bucket(s) of about {} MB, overlap {}, no_sync {}, {}",
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
-                        cfg_.comm.no_sync, cfg_.parallel.zero));
+                        cfg_.comm.no_sync, sharding_->describe()));
   out_->log(comm_.describe_backend());
   out_->log(describe(threads));
   for (const auto& line : describe_placement(places_, comm_.dp(), comm_.tp(), comm_.pp(), comm_.sp())) out_->log(line);

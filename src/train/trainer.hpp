@@ -96,6 +96,7 @@ class Trainer {
   std::unique_ptr<io::Split> train_, test_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Sharding> sharding_;  // before the model: it plans the model's store
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Checkpointer> ckpt_;
   std::unique_ptr<RunOutput> out_;

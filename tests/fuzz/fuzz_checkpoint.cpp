@@ -41,6 +41,7 @@ struct Loader {
   Config cfg;
   ModelShape shape;
   std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Sharding> sharding;
   std::unique_ptr<Model> model;
   std::unique_ptr<DataParallel> dp;
   std::unique_ptr<Checkpointer> checkpointer;
@@ -56,13 +57,11 @@ void build_loader() {
   l->shape.classification = true;
   l->shape.sample_shape = {fuzz::kSeedImageSide, fuzz::kSeedImageSide};
   l->comm = std::make_unique<Communicator>(MPI_COMM_SELF, 1, 1, 1, l->cfg.comm);
-  ParamLayout layout;
-  layout.shards = DataParallel::shards(l->cfg, *l->comm);
-  layout.bucket_elements = DataParallel::bucket_elements(l->cfg);
-  layout.storage = DataParallel::storage(l->cfg.parallel.zero);
-  l->model = std::make_unique<Model>(l->cfg, l->shape, l->cfg.train.global_batch, layout,
+  l->sharding = std::make_unique<Sharding>(l->cfg, *l->comm);
+  l->model = std::make_unique<Model>(l->cfg, l->shape, l->cfg.train.global_batch, l->sharding->layout(),
                                      model_part(l->cfg, *l->comm, l->shape));
-  l->dp = std::make_unique<DataParallel>(l->cfg, *l->comm, l->model->params());
+  l->sharding->bind(l->model->params());
+  l->dp = std::make_unique<DataParallel>(l->cfg, *l->comm, l->model->params(), *l->sharding);
   l->checkpointer = std::make_unique<Checkpointer>(l->cfg, *l->comm);
   g_loader = std::move(l);
 }

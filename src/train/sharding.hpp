@@ -1,0 +1,155 @@
+#pragma once
+// Where every piece of the training state lives: the one owner of parallel.zero.
+//
+// The replica group holds every rank with the same parameters (data x spatial); the sharding
+// spreads the training state over it:
+//   zero 0  every rank holds all values, gradients and optimizer state; a bucket's gradients
+//           are allreduced in place.
+//   zero 1  optimizer state only for this rank's shard: a bucket's gradients are reduce-scattered
+//           into a gradient shard, the shard is updated, and the updated chunks allgathered.
+//   zero 2  as 1, and no full gradient buffer: a bucket's gradients live in a working buffer
+//           from the start of its backward until its reduce-scatter is done.
+//   zero 3  as 2, and no full value buffer: a bucket's values are gathered just before its
+//           forward and its backward and released after.
+// A rank's shard is the rank's chunk of every bucket (nn::ParamStore::plan).
+//
+// Built first, from the deck and the communicator, it says how the model's store is planned and
+// allocated (layout()); bound to that store it allocates the shard buffers and answers the
+// questions of the exchange (data_parallel.hpp), the optimizer step and the checkpointer: where a
+// bucket's gradient accumulates and where its exchange delivers it, which spans the optimizer
+// updates and what is gathered after, and which element pieces this rank reads and writes. None
+// of them looks at the stage.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "core/config.hpp"
+#include "kernels/views.hpp"
+#include "nn/param_store.hpp"
+#include "train/model.hpp"
+
+namespace tessera {
+
+class Sharding {
+ public:
+  /// A piece of one parameter that this rank's shard holds: logical elements [begin, end) of
+  /// parameter `param`, at shard elements [shard_offset, shard_offset + end - begin).
+  struct Piece {
+    std::size_t param = 0;
+    std::size_t begin = 0, end = 0;
+    std::size_t shard_offset = 0;
+  };
+
+  /// What one bucket's gradient exchange moves: `send` holds the bucket (`length` elements, the
+  /// same on every rank of the group); the sum lands in `recv`: the whole bucket in place
+  /// (scatter false, recv == send) or this rank's chunk of it (scatter true, `chunk` elements).
+  struct Exchange {
+    float* send = nullptr;
+    float* recv = nullptr;
+    std::size_t length = 0, chunk = 0;
+    bool scatter = false;
+  };
+
+  /// One contiguous span the optimizer updates: values and their reduced gradients, at
+  /// `state_offset` in the optimizer's state.
+  struct UpdateSpan {
+    float* values = nullptr;
+    float* grads = nullptr;
+    std::size_t n = 0;
+    std::size_t state_offset = 0;
+  };
+
+  /// \brief The plan of this deck on this communicator; allocates nothing.
+  Sharding(const Config& cfg, const Communicator& comm);
+  ~Sharding();
+  Sharding(const Sharding&) = delete;
+  Sharding& operator=(const Sharding&) = delete;
+
+  /// How the model's store must be planned and allocated (shards, bucket size, buffers).
+  const ParamLayout& layout() const { return layout_; }
+  /// The same from the deck alone, for `shards` ranks sharing the state (memory estimates).
+  static ParamLayout layout(const Config& cfg, int shards);
+
+  /// \brief Takes the store planned and allocated from layout() and allocates the shard buffers.
+  /// Throws std::logic_error where the store was planned otherwise.
+  void bind(nn::ParamStore<float>& store);
+
+  /// The group the state is spread over, its size and this rank's index in it.
+  Group group() const { return Group::replica; }
+  int shards() const { return shards_; }
+  int rank() const { return rank_; }
+  /// One phrase for the log: "ZeRO stage 2 over the replica group (4 ranks)".
+  std::string describe() const;
+
+  /// Only this rank's shard of the values is held between uses (gathered per bucket).
+  bool values_sharded() const { return values_sharded_; }
+  /// No full gradient buffer: a bucket's gradients live in a working buffer while needed.
+  bool grads_sharded() const { return grads_sharded_; }
+  /// The optimizer state is held for this rank's shard only.
+  bool state_sharded() const { return state_sharded_; }
+  /// Elements of optimizer state this rank holds.
+  std::size_t state_size() const;
+
+  /// \brief Initial values from (seed, name, index): the full buffer, or this rank's shard.
+  void initialize(const ExecSpace& exec, std::uint64_t seed);
+  /// The buffer this rank's values live in between steps: the full values or its shard.
+  Vector<float> values() const;
+
+  // The gradients of one step.
+  /// \brief Clears every gradient accumulator.
+  void begin_step(const ExecSpace& exec);
+  /// \brief Before the backward of a micro-batch that is exchanged after earlier ones of the same
+  /// step were (no_sync off): prepares the accumulators so the next exchange adds, not replaces.
+  void prepare_resync(const ExecSpace& exec, bool first_micro_batch);
+  /// \brief Before bucket b's backward: true where its gradients need a working buffer now.
+  bool needs_grad_buffer(std::size_t b) const;
+  /// \brief Gives bucket b a working gradient buffer (grads_sharded()).
+  void attach_grad_buffer(std::size_t b);
+  /// \brief What bucket b's exchange moves.
+  Exchange exchange(std::size_t b);
+  /// \brief After bucket b's exchange completed: its result folded into the gradient shard, its
+  /// working buffer freed.
+  void exchanged(const ExecSpace& exec, std::size_t b);
+  /// \brief Bucket b's reduced gradient as this rank holds it (the whole bucket or its chunk).
+  VectorU<float> reduced(std::size_t b) const;
+  /// \brief Every reduced gradient this rank holds (the full buffer or its shard).
+  Vector<float> reduced_all() const;
+  /// \brief The sum of squares of the logical gradients: every parameter's once. The part this
+  /// rank holds summed over the sharding group; a block every tensor rank holds counted on
+  /// tensor rank 0, a tied copy not at all. Collective over group() where the gradients are
+  /// sharded.
+  double grad_squares(const ExecSpace& exec, bool tensor_root) const;
+  /// \brief The spans the optimizer updates on this rank.
+  std::vector<UpdateSpan> update_spans() const;
+  /// \brief After the update: every rank gets what the others updated (allgather of the chunks
+  /// where values are full but the update sharded). Collective over group().
+  void after_update(const ExecSpace& exec);
+
+  // Values of a sharded model (values_sharded()).
+  /// \brief Gathers bucket b's values (collective over group()); nothing where held.
+  void gather(const ExecSpace& exec, std::size_t b);
+  /// \brief Releases bucket b's gathered values.
+  void release(const ExecSpace& exec, std::size_t b);
+
+  /// \brief Every parameter's piece in this rank's shard, in parameter order.
+  std::vector<Piece> pieces() const;
+
+ private:
+  struct BucketBuffers {
+    Vector<float> grads;     // grads_sharded(): this bucket's gradients while needed
+    Vector<float> gathered;  // values_sharded(): this bucket's values while gathered
+  };
+  const Communicator& comm_;
+  ParamLayout layout_;
+  nn::ParamStore<float>* store_ = nullptr;
+  int zero_ = 0, shards_ = 1, rank_ = 0;
+  bool values_sharded_ = false, grads_sharded_ = false, state_sharded_ = false;
+  bool accumulate_into_shard_ = false;  // an exchange per micro-batch adds into the shard
+  std::vector<BucketBuffers> buckets_;
+  Vector<float> value_shard_;  // values_sharded()
+  Vector<float> grad_shard_;   // state_sharded()
+  Vector<float> recv_;         // accumulating: each bucket's chunk of this micro-batch
+};
+
+}  // namespace tessera
