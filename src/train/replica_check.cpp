@@ -35,20 +35,20 @@ void perturb_for_test(const Communicator& comm, Model& model, std::int64_t step)
 
 }  // namespace
 
-const char* replicated_state(const Config& cfg, const Communicator& comm) {
-  if (comm.size(Group::replica) == 1 || cfg.parallel.zero >= 3) return "";
-  return cfg.parallel.zero == 0 ? "parameters and optimizer state" : "parameters";
+const char* replicated_state(const Sharding& sharding, const Communicator& comm) {
+  if (comm.size(Group::replica) == 1 || sharding.values_sharded()) return "";
+  return sharding.state_sharded() ? "parameters" : "parameters and optimizer state";
 }
 
 void check_replicas(const Config& cfg, const Communicator& comm, Model& model, const DataParallel& dp,
                     std::int64_t step) {
-  if (*replicated_state(cfg, comm) == '\0') return;
+  if (*replicated_state(dp.sharding(), comm) == '\0') return;
   perturb_for_test(comm, model, step);
   const auto& store = model.params();
   std::vector<std::uint64_t> sums;
   block_sums(store, Kokkos::create_mirror_view_and_copy(HostSpace(), store.values()).data(), sums);
   const Optimizer& opt = dp.optimizer();
-  if (cfg.parallel.zero == 0)
+  if (!dp.sharding().state_sharded())
     for (std::size_t i = 0; i < opt.state_names().size(); ++i)
       block_sums(store, Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)).data(), sums);
 

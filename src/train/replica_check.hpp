@@ -13,7 +13,7 @@ namespace tessera {
 
 /// \brief What the data replicas hold alike under this deck: "parameters and optimizer state"
 /// (ZeRO 0), "parameters" (ZeRO 1, 2), or "" (ZeRO 3 shards everything; one replica).
-const char* replicated_state(const Config& cfg, const Communicator& comm);
+const char* replicated_state(const Sharding& sharding, const Communicator& comm);
 
 /// \brief Compares, over each replica group (the data group, times the spatial group where
 /// parallel.spatial > 1), the checksum of every tensor block replicated_state() names

@@ -313,12 +313,12 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
     out_->log("checkpoints: asynchronous (each rank copies its part at the step, a thread of its own "
               "writes it; latest moves once every rank's part is on disk)");
   if (cfg_.train.check_replicas_every > 0)
-    out_->log(*replicated_state(cfg_, comm_) == '\0'
+    out_->log(*replicated_state(*sharding_, comm_) == '\0'
                   ? fmt::format("replica checks: none (train.check_replicas_every = {}: {})",
                                 cfg_.train.check_replicas_every,
                                 comm_.size(Group::replica) == 1 ? "one data replica" : "ZeRO 3 shards everything")
                   : fmt::format("replica checks: every {} steps the data replicas compare the checksums of "
-                                "their {}", cfg_.train.check_replicas_every, replicated_state(cfg_, comm_)));
+                                "their {}", cfg_.train.check_replicas_every, replicated_state(*sharding_, comm_)));
   out_->log(fmt::format("exchange: {} bucket(s) of about {} MB, overlap {}, no_sync {}, {}",
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
                         cfg_.comm.no_sync, sharding_->describe()));
