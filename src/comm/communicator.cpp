@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -74,20 +75,49 @@ Communicator::Communicator(MPI_Comm world, GridShape grid, const CommConfig& com
   MPI_CHECK(MPI_Comm_split(world_, s + sp_ * (t + tp_ * d), p, &pipeline_));
   MPI_CHECK(MPI_Comm_split(world_, t + tp_ * (d + dp_ * p), s, &spatial_));
   if (sp_ > 1) MPI_CHECK(MPI_Comm_split(world_, t + tp_ * p, s + sp_ * d, &replica_));
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
-  MPI_CHECK(MPI_Comm_size(node, &node_size_));
-  MPI_CHECK(MPI_Comm_free(&node));
+  split_replica_by_node();
   // Every rank reads the same environment, so a malformed test hook fails on every rank alike.
   fault_ = comm::comm_fault_from_environment();
-  for (Group g : {Group::world, Group::data, Group::tensor, Group::pipeline, Group::spatial})
+  for (Group g : {Group::world, Group::data, Group::tensor, Group::pipeline, Group::spatial,
+                  Group::replica_node, Group::replica_cross})
     comm::flight_recorder().attach(handle(g), group_name(g), members(g));
   if (sp_ > 1) comm::flight_recorder().attach(replica_, group_name(Group::replica), members(Group::replica));
 }
 
+void Communicator::split_replica_by_node() {
+  // The node of each rank: its shared-memory domain (named by its lowest world rank), or (tests)
+  // world rank / k.
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_size(node, &node_size_));
+  int color = world_rank_;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &color, 1, MPI_INT, MPI_MIN, node));
+  MPI_CHECK(MPI_Comm_free(&node));
+  if (const char* k = std::getenv("TESSERA_TEST_RANKS_PER_NODE"); k != nullptr && std::atoi(k) > 0)
+    color = world_rank_ / std::atoi(k);
+  const MPI_Comm replica = handle(Group::replica);
+  const int r = rank(Group::replica);
+  MPI_CHECK(MPI_Comm_split(replica, color, r, &replica_node_));
+  MPI_CHECK(MPI_Comm_rank(replica_node_, &replica_node_rank_));
+  MPI_CHECK(MPI_Comm_size(replica_node_, &replica_node_size_));
+  MPI_CHECK(MPI_Comm_split(replica, replica_node_rank_, r, &replica_cross_));
+  MPI_CHECK(MPI_Comm_rank(replica_cross_, &replica_cross_rank_));
+  MPI_CHECK(MPI_Comm_size(replica_cross_, &replica_cross_size_));
+  int sizes[2] = {replica_node_size_, -replica_node_size_};  // the largest and the smallest
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, world_));
+  replica_nodes_even_ = sizes[0] == -sizes[1];
+  const auto world_ranks = [this](MPI_Comm c, int n) {
+    std::vector<int> out(static_cast<std::size_t>(n));
+    MPI_CHECK(MPI_Allgather(&world_rank_, 1, MPI_INT, out.data(), 1, MPI_INT, c));
+    return out;
+  };
+  replica_node_members_ = world_ranks(replica_node_, replica_node_size_);
+  replica_cross_members_ = world_ranks(replica_cross_, replica_cross_size_);
+}
+
 Communicator::~Communicator() {
   for (auto& n : nccl_) n.reset();
-  for (MPI_Comm* c : {&data_, &tensor_, &pipeline_, &spatial_, &replica_, &world_})
+  for (MPI_Comm* c : {&data_, &tensor_, &pipeline_, &spatial_, &replica_, &replica_node_, &replica_cross_, &world_})
     if (*c != MPI_COMM_NULL) {
       comm::flight_recorder().detach(*c);
       MPI_Comm_free(c);
@@ -102,6 +132,8 @@ const char* group_name(Group g) {
     case Group::pipeline: return "pipeline";
     case Group::spatial: return "spatial";
     case Group::replica: return "replica";
+    case Group::replica_node: return "replica_node";
+    case Group::replica_cross: return "replica_cross";
   }
   return "world";
 }
@@ -115,6 +147,8 @@ int Communicator::world_rank_in(Group g, int r) const {
     case Group::pipeline: return world_rank_of(d, t, r, s);
     case Group::spatial: return world_rank_of(d, t, p, r);
     case Group::replica: return world_rank_of(r / sp_, t, p, r % sp_);
+    case Group::replica_node: return replica_node_members_.at(static_cast<std::size_t>(r));
+    case Group::replica_cross: return replica_cross_members_.at(static_cast<std::size_t>(r));
   }
   return r;
 }
@@ -166,6 +200,8 @@ MPI_Comm Communicator::handle(Group g) const {
     case Group::pipeline: return pipeline_;
     case Group::spatial: return spatial_;
     case Group::replica: return sp_ > 1 ? replica_ : data_;
+    case Group::replica_node: return replica_node_;
+    case Group::replica_cross: return replica_cross_;
   }
   return world_;
 }
@@ -178,6 +214,8 @@ int Communicator::rank(Group g) const {
     case Group::pipeline: return coord_.pipeline;
     case Group::spatial: return coord_.spatial;
     case Group::replica: return coord_.spatial + sp_ * coord_.data;
+    case Group::replica_node: return replica_node_rank_;
+    case Group::replica_cross: return replica_cross_rank_;
   }
   return world_rank_;
 }
@@ -190,6 +228,8 @@ int Communicator::size(Group g) const {
     case Group::pipeline: return pp_;
     case Group::spatial: return sp_;
     case Group::replica: return dp_ * sp_;
+    case Group::replica_node: return replica_node_size_;
+    case Group::replica_cross: return replica_cross_size_;
   }
   return world_size_;
 }

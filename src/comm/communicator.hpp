@@ -39,7 +39,12 @@ namespace comm {
 class NcclComm;
 }
 
-enum class Group { world, data, tensor, pipeline, spatial, replica };
+/// replica_node: the ranks of this rank's replica group on its node (hybrid sharding spreads the
+/// state over them); replica_cross: the ranks of its replica group with its index in
+/// replica_node, one per node (they hold the same shard and sum it across nodes). A node is
+/// MPI's shared-memory domain (MPI_Comm_split_type), or, for tests on one machine,
+/// TESSERA_TEST_RANKS_PER_NODE=k consecutive world ranks.
+enum class Group { world, data, tensor, pipeline, spatial, replica, replica_node, replica_cross };
 
 /// "world", "data", "tensor", "pipeline", "spatial", "replica" (a string literal).
 const char* group_name(Group g);
@@ -114,6 +119,9 @@ class Communicator {
 
   /// Number of world ranks on this rank's node (shared-memory domain).
   int ranks_on_node() const { return node_size_; }
+  /// True where every node holds the same number of ranks of each replica group (the
+  /// replica_node groups are all of one size), so that replica_cross pairs them all up.
+  bool replica_nodes_even() const { return replica_nodes_even_; }
   /// World rank of grid coordinate (d, t, p, s).
   int world_rank_of(int d, int t, int p, int s = 0) const { return s + sp_ * (t + tp_ * (d + dp_ * p)); }
   /// World rank of rank `r` of this rank's group g.
@@ -202,7 +210,7 @@ class Communicator {
   MpiCudaSupport mpi_cuda_;
   bool device_pointers_possible_ = false;  ///< a CUDA device is visible: classify each buffer
   mutable comm::StagingBuffer staging_;
-  mutable std::array<std::unique_ptr<comm::NcclComm>, 6> nccl_;  ///< by Group, on first use
+  mutable std::array<std::unique_ptr<comm::NcclComm>, 8> nccl_;  ///< by Group, on first use
   comm::CommFault fault_;  ///< TESSERA_TEST_COMM_FAULT (comm/fault_hook.hpp)
   mutable bool fault_fired_ = false;
   /// The flight recorder's side of collective `op` on g (and the test hook): the operation's id,
@@ -223,7 +231,13 @@ class Communicator {
   PendingOp irecv_impl(T* data, std::size_t n, int source, int tag, Group g) const;
   MPI_Comm world_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, tensor_ = MPI_COMM_NULL,
            pipeline_ = MPI_COMM_NULL, spatial_ = MPI_COMM_NULL,
-           replica_ = MPI_COMM_NULL;  ///< MPI_COMM_NULL where sp = 1 (the data group serves)
+           replica_ = MPI_COMM_NULL,  ///< MPI_COMM_NULL where sp = 1 (the data group serves)
+           replica_node_ = MPI_COMM_NULL, replica_cross_ = MPI_COMM_NULL;
+  bool replica_nodes_even_ = true;
+  std::vector<int> replica_node_members_, replica_cross_members_;  ///< world ranks, group-rank order
+  int replica_node_rank_ = 0, replica_node_size_ = 1, replica_cross_rank_ = 0, replica_cross_size_ = 1;
+  /// Splits the replica group by node into replica_node and replica_cross. Collective over world.
+  void split_replica_by_node();
 };
 
 }  // namespace tessera

@@ -16,6 +16,9 @@ enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> 
 enum class OptimizerKind { sgd, adamw };
 enum class ScheduleKind { constant, cosine, step, cosine_restarts };
 enum class PipelineSchedule { gpipe, one_f_one_b };
+/// parallel.zero_group: the ranks ZeRO spreads the state over (the whole replica group, or its ranks
+/// on one node: hybrid sharding, replicated across nodes).
+enum class ZeroGroup { replica, node };
 enum class AllreduceAlgorithm { mpi, ring, parameter_server };
 /// How bytes travel (comm/backend.hpp): automatic picks from the buffers' memory and the build.
 enum class CommBackend { automatic, mpi, cuda_aware_mpi, staged, nccl };
@@ -64,6 +67,7 @@ struct ParallelConfig {
   std::vector<int> stages;  ///< layers per pipeline stage; empty: balanced by cost
   int zero = 0;
   int spatial = 1;            ///< ranks sharing each sample's grid (blocks of rows; unet only)
+  ZeroGroup zero_group = ZeroGroup::replica;  ///< shard over the replica group, or within each node
   bool halo_overlap = true;   ///< compute each convolution's interior while its halo is in flight
   bool tensor_within_node = false;  ///< a tensor group whose ranks span hosts is an error, not a warning
 

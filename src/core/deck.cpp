@@ -347,6 +347,7 @@ std::string_view to_string(LossKind v) { return name_in(deck::kLossKinds, v); }
 std::string_view to_string(OptimizerKind v) { return name_in(deck::kOptimizerKinds, v); }
 std::string_view to_string(ScheduleKind v) { return name_in(deck::kScheduleKinds, v); }
 std::string_view to_string(PipelineSchedule v) { return name_in(deck::kPipelineSchedules, v); }
+std::string_view to_string(ZeroGroup v) { return name_in(deck::kZeroGroups, v); }
 std::string_view to_string(AllreduceAlgorithm v) { return name_in(deck::kAllreduceAlgorithms, v); }
 std::string_view to_string(CommBackend v) { return name_in(deck::kCommBackends, v); }
 

@@ -50,6 +50,7 @@ std::string_view to_string(LossKind v);
 std::string_view to_string(OptimizerKind v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(PipelineSchedule v);
+std::string_view to_string(ZeroGroup v);
 std::string_view to_string(AllreduceAlgorithm v);
 std::string_view to_string(CommBackend v);
 

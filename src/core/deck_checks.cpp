@@ -61,6 +61,11 @@ void check_combinations(Config& cfg, const Origins& origins) {
          "\"onednn\" needs a build with oneDNN, and this one has none (configured with "
          "-DTESSERA_ENABLE_ONEDNN=OFF); allowed here: \"auto\", \"openblas\"");
 
+  if (cfg.parallel.zero_group == ZeroGroup::node && cfg.parallel.zero == 0)
+    fail(where_of(cfg, origins, {"parallel.zero_group", "parallel.zero"}), "parallel.zero_group",
+         "\"node\" shards the training state within each node, but parallel.zero = 0 shards nothing; "
+         "set parallel.zero >= 1, or parallel.zero_group = \"data\"");
+
   const auto& c = cfg.comm;
   if (c.backend == CommBackend::nccl && !build::nccl)
     fail(where_of(cfg, origins, {"comm.backend"}), "comm.backend",

@@ -169,6 +169,7 @@ std::vector<KeySpec> build_schema() {
     parallel.choice<&P::schedule>("schedule", kPipelineSchedules, "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b (one forward, one backward after warm-up)"),
     parallel.key<&P::stages>("stages", closed(1, kMaxCount), "layers per pipeline stage, first to last (sums to the layer count); []: balanced by cost"),
     parallel.key<&P::zero>("zero", closed(0, 3), "ZeRO stage over the data group: 0 off, 1 shards optimizer state, 2 also gradients, 3 also parameters"),
+    parallel.choice<&P::zero_group>("zero_group", kZeroGroups, "zero >= 1: data shards over every rank holding the same parameters (data x spatial); node shards over those on each node and replicates across nodes (hybrid sharding: one reduce across nodes per shard)"),
     parallel.key<&P::spatial>("spatial", closed(1, kMaxCount), "ranks sharing each sample's grid, each holding a block of its rows (halos exchanged before every convolution); unet only"),
     parallel.flag<&P::halo_overlap>("halo_overlap", "parallel.spatial > 1: compute each convolution's interior rows while its halo is in flight (false: exchange, then compute)"),
     parallel.flag<&P::tensor_within_node>("tensor_within_node", "a tensor group whose ranks are on more than one host is an error (exit 2 before the model is built) instead of a warning"),

@@ -92,6 +92,7 @@ inline constexpr Choice<ScheduleKind> kScheduleKinds[] = {{"constant", ScheduleK
                                                           {"cosine_restarts", ScheduleKind::cosine_restarts}};
 inline constexpr Choice<PipelineSchedule> kPipelineSchedules[] = {
     {"gpipe", PipelineSchedule::gpipe}, {"1f1b", PipelineSchedule::one_f_one_b}};
+inline constexpr Choice<ZeroGroup> kZeroGroups[] = {{"data", ZeroGroup::replica}, {"node", ZeroGroup::node}};
 inline constexpr Choice<AllreduceAlgorithm> kAllreduceAlgorithms[] = {
     {"mpi", AllreduceAlgorithm::mpi},
     {"ring", AllreduceAlgorithm::ring},

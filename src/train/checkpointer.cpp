@@ -204,7 +204,8 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataPa
   // shard's piece is written by the rank that holds it. No element is written twice.
   const auto slab = [&](const std::string& path, std::size_t i, const float* full, const float* shard) {
     const auto& p = store.infos()[i];
-    if (shard != nullptr) return shard_piece(path, p, pieces[i], shard, p.tensor_sharded || t == 0);
+    if (shard != nullptr)
+      return shard_piece(path, p, pieces[i], shard, (p.tensor_sharded || t == 0) && sh->writes_pieces());
     return p.tensor_sharded ? block_rows(path, p, full + p.offset, d, n_d)
                             : block_rows(path, p, full + p.offset, d + n_d * t, n_d * n_t);
   };

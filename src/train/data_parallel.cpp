@@ -14,7 +14,8 @@ namespace tessera {
 
 struct DataParallel::BucketState {
   PendingOp op;
-  bool exchanging = false;  // an exchange was started and its completion not yet handled
+  bool exchanging = false;     // an exchange was started and its completion not yet handled
+  bool across_pending = false; // hybrid sharding: the sum across nodes follows the one in the node
 };
 
 namespace {
@@ -140,6 +141,7 @@ void DataParallel::start_exchange(std::size_t b, bool blocking) {
   const Group g = sharding_.group();
   auto& s = buckets_[b];
   s.exchanging = true;
+  s.across_pending = e.across_nodes;
   last_started_ = b;
   if (!e.scatter) {
     if (blocking || blocking_allreduce_) comm_.allreduce_sum(e.send, e.length, g);
@@ -151,17 +153,27 @@ void DataParallel::start_exchange(std::size_t b, bool blocking) {
   if (blocking || (!e.scatter && blocking_allreduce_)) complete(b);
 }
 
-void DataParallel::complete(std::size_t b) {
+void DataParallel::advance(std::size_t b, bool wait) {
   auto& s = buckets_[b];
-  s.op.wait();
-  if (!s.exchanging) return;
-  s.exchanging = false;
-  sharding_.exchanged(exec_, b);
+  while (s.exchanging) {
+    if (wait) s.op.wait();
+    else if (!s.op.test()) return;
+    if (s.across_pending) {
+      // The node's sum of this rank's chunk is in; now the same chunk of every node's.
+      s.across_pending = false;
+      const Sharding::Exchange e = sharding_.exchange(b);
+      s.op = comm_.iallreduce_sum(e.recv, e.chunk, Group::replica_cross);
+      continue;
+    }
+    s.exchanging = false;
+    sharding_.exchanged(exec_, b);
+  }
 }
 
+void DataParallel::complete(std::size_t b) { advance(b, true); }
+
 void DataParallel::poll() {
-  for (std::size_t b = 0; b < buckets_.size(); ++b)
-    if (buckets_[b].exchanging && buckets_[b].op.test()) complete(b);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) advance(b, false);
 }
 
 void DataParallel::wait_all() {

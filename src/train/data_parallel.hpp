@@ -66,6 +66,9 @@ class DataParallel final : public nn::LayerHooks {
   struct BucketState;
   void bucket_ready(std::size_t b);
   void start_exchange(std::size_t b, bool blocking);
+  /// Moves bucket b's exchange on as far as it can go (wait: to its end): from the sum in the
+  /// sharding group to the one across nodes (hybrid sharding), then to exchanged().
+  void advance(std::size_t b, bool wait);
   void complete(std::size_t b);
   void poll();
   void wait_all();

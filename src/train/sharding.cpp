@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/error.hpp"
 #include "core/memory.hpp"
 #include "kernels/reduce.hpp"
 
@@ -28,12 +29,28 @@ ParamLayout Sharding::layout(const Config& cfg, int shards) {
   return l;
 }
 
+namespace {
+Group sharding_group(const Config& cfg, const Communicator& comm) {
+  if (cfg.parallel.zero_group != ZeroGroup::node) return Group::replica;
+  if (!comm.replica_nodes_even())
+    throw InputError(fmt::format(
+        "parallel.zero_group = \"node\" shards within each node and pairs the shards up across nodes, "
+        "but the nodes hold different numbers of ranks of a replica group ({} here, on {} ranks in all); "
+        "give every node the same number of ranks, or set parallel.zero_group = \"data\"",
+        comm.size(Group::replica_node), comm.size()));
+  return Group::replica_node;
+}
+}  // namespace
+
 Sharding::Sharding(const Config& cfg, const Communicator& comm)
     : comm_(comm),
-      layout_(layout(cfg, comm.size(Group::replica))),
+      layout_(layout(cfg, comm.size(sharding_group(cfg, comm)))),
       zero_(cfg.parallel.zero),
+      group_(sharding_group(cfg, comm)),
+      across_nodes_(group_ == Group::replica_node && comm.size(Group::replica_cross) > 1),
       shards_(layout_.shards),
-      rank_(comm.rank(Group::replica)),
+      rank_(comm.rank(group_)),
+      writes_pieces_(!across_nodes_ || comm.rank(Group::replica_cross) == 0),
       values_sharded_(!layout_.storage.full_values),
       grads_sharded_(!layout_.storage.full_grads),
       state_sharded_(zero_ >= 1),
@@ -60,8 +77,12 @@ void Sharding::bind(nn::ParamStore<float>& store) {
 }
 
 std::string Sharding::describe() const {
-  return fmt::format("ZeRO stage {} over the {} group ({} rank{})", zero_, group_name(group()),
-                     comm_.size(group()), comm_.size(group()) == 1 ? "" : "s");
+  const int n = comm_.size(group_);
+  if (group_ == Group::replica_node)
+    return fmt::format("ZeRO stage {} within each node ({} rank{} per shard group), replicated across {} "
+                       "node{}", zero_, n, n == 1 ? "" : "s", comm_.size(Group::replica_cross),
+                       comm_.size(Group::replica_cross) == 1 ? "" : "s");
+  return fmt::format("ZeRO stage {} over the replica group ({} rank{})", zero_, n, n == 1 ? "" : "s");
 }
 
 std::size_t Sharding::state_size() const {
@@ -114,6 +135,7 @@ Sharding::Exchange Sharding::exchange(std::size_t b) {
   e.length = bucket.length;
   e.chunk = bucket.chunk;
   e.scatter = state_sharded_;
+  e.across_nodes = across_nodes_ && e.scatter;
   e.recv = !e.scatter ? e.send : (accumulate_into_shard_ ? recv_ : grad_shard_).data() + bucket.shard_offset;
   return e;
 }

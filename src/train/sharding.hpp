@@ -13,6 +13,11 @@
 //           forward and its backward and released after.
 // A rank's shard is the rank's chunk of every bucket (nn::ParamStore::plan).
 //
+// parallel.zero_group = "node" (hybrid sharding, FSDP's HYBRID_SHARD): the state is spread over
+// the replica ranks of one node only (Group::replica_node) and replicated across nodes: a bucket is
+// reduce-scattered inside the node, and each shard's chunk then allreduced once across nodes
+// among the ranks holding the same shard (Group::replica_cross); gathers stay inside the node.
+//
 // Built first, from the deck and the communicator, it says how the model's store is planned and
 // allocated (layout()); bound to that store it allocates the shard buffers and answers the
 // questions of the exchange (data_parallel.hpp), the optimizer step and the checkpointer: where a
@@ -42,13 +47,15 @@ class Sharding {
   };
 
   /// What one bucket's gradient exchange moves: `send` holds the bucket (`length` elements, the
-  /// same on every rank of the group); the sum lands in `recv`: the whole bucket in place
-  /// (scatter false, recv == send) or this rank's chunk of it (scatter true, `chunk` elements).
+  /// same on every rank of the group); the sum over group() lands in `recv`: the whole bucket in
+  /// place (scatter false, recv == send) or this rank's chunk of it (scatter true, `chunk`
+  /// elements). across_nodes: the chunk in `recv` is then summed in place over Group::replica_cross.
   struct Exchange {
     float* send = nullptr;
     float* recv = nullptr;
     std::size_t length = 0, chunk = 0;
     bool scatter = false;
+    bool across_nodes = false;
   };
 
   /// One contiguous span the optimizer updates: values and their reduced gradients, at
@@ -60,7 +67,8 @@ class Sharding {
     std::size_t state_offset = 0;
   };
 
-  /// \brief The plan of this deck on this communicator; allocates nothing.
+  /// \brief The plan of this deck on this communicator; allocates nothing. InputError (on every
+  /// rank) where parallel.zero_group = "node" and the nodes hold different numbers of replicas.
   Sharding(const Config& cfg, const Communicator& comm);
   ~Sharding();
   Sharding(const Sharding&) = delete;
@@ -76,7 +84,7 @@ class Sharding {
   void bind(nn::ParamStore<float>& store);
 
   /// The group the state is spread over, its size and this rank's index in it.
-  Group group() const { return Group::replica; }
+  Group group() const { return group_; }
   int shards() const { return shards_; }
   int rank() const { return rank_; }
   /// One phrase for the log: "ZeRO stage 2 over the replica group (4 ranks)".
@@ -134,6 +142,9 @@ class Sharding {
 
   /// \brief Every parameter's piece in this rank's shard, in parameter order.
   std::vector<Piece> pieces() const;
+  /// \brief This rank writes its pieces to a checkpoint (one holder of each shard does: the first
+  /// node's under hybrid sharding).
+  bool writes_pieces() const { return writes_pieces_; }
 
  private:
   struct BucketBuffers {
@@ -143,7 +154,11 @@ class Sharding {
   const Communicator& comm_;
   ParamLayout layout_;
   nn::ParamStore<float>* store_ = nullptr;
-  int zero_ = 0, shards_ = 1, rank_ = 0;
+  int zero_ = 0;
+  Group group_ = Group::replica;
+  bool across_nodes_ = false;  // hybrid sharding over more than one node
+  int shards_ = 1, rank_ = 0;
+  bool writes_pieces_ = true;
   bool values_sharded_ = false, grads_sharded_ = false, state_sharded_ = false;
   bool accumulate_into_shard_ = false;  // an exchange per micro-batch adds into the shard
   std::vector<BucketBuffers> buckets_;

@@ -1,9 +1,11 @@
 // End-to-end: bucketed gradient exchange, overlap, no-sync accumulation and ZeRO stages 1-3 give
 // the plain data-parallel run's losses; ZeRO checkpoints resume under any other stage and rank
-// count; the measured optimizer-state memory shrinks with the shard count.
+// count; hybrid sharding (within nodes, replicated across them) equals them too; the measured
+// optimizer-state memory shrinks with the shard count.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -71,6 +73,57 @@ TEST(Sharding, CheckpointsOfEveryStageResumeUnderAnyOther) {
           << "written with " << writer << " on " << ranks << ", resumed with '" << reader << "' on " << np;
     }
   }
+}
+
+// Hybrid sharding on "nodes" of 2 ranks (TESSERA_TEST_RANKS_PER_NODE: the communicator's test
+// hook): shards within the node, the same shard on every node summed across them.
+class HybridSharding : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("TESSERA_TEST_RANKS_PER_NODE", "2", 1); }
+  void TearDown() override { unsetenv("TESSERA_TEST_RANKS_PER_NODE"); }
+};
+
+TEST_F(HybridSharding, EqualsPlainDataParallel) {
+  const std::string node = " --set parallel.zero_group=node";
+  expect_layout_invariant("hybrid", "",
+                          {{4, "--set parallel.zero=1" + node},
+                           {4, "--set parallel.zero=3" + node + per_layer},
+                           {4, "--set parallel.zero=2 --set parallel.micro_batches=2 --set comm.no_sync=false" +
+                                   node + per_layer}});
+}
+
+TEST_F(HybridSharding, CheckpointsResumeUnderFlatSharding) {
+  const std::string whole = fresh_dir("hybrid_whole");
+  ASSERT_EQ(tessera(1, train_args(whole, "--set train.steps=40")).exit_code, 0);
+  const std::string first = fresh_dir("hybrid_first");
+  const RunResult w = tessera(4, train_args(first, "--set train.steps=20 --set parallel.zero=3 "
+                                                   "--set parallel.zero_group=node" + per_layer));
+  ASSERT_EQ(w.exit_code, 0) << w.output;
+  std::ifstream log(first + "/log.txt");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("ZeRO stage 3 within each node (2 ranks per shard group), replicated across 2 nodes"),
+            std::string::npos) << text;
+  for (const auto& [np, reader] : std::vector<std::pair<int, std::string>>{
+           {1, ""}, {4, "--set parallel.zero=1"}, {4, "--set parallel.zero=2 --set parallel.zero_group=node"}}) {
+    const std::string dir = fresh_dir("hybrid_resume");
+    fs::copy(first, dir, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    const RunResult r = tessera(np, train_args(dir, "--set train.steps=40 --resume auto " + reader));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_LE(max_relative_difference(train_losses(whole), train_losses(dir)), 1e-5)
+        << "resumed with '" << reader << "' on " << np;
+  }
+}
+
+TEST_F(HybridSharding, UnevenNodesAndZeroStageZeroAreRefused) {
+  const RunResult zero0 = tessera(1, train_args(fresh_dir("hybrid_zero0"), "--set parallel.zero_group=node"));
+  EXPECT_EQ(zero0.exit_code, 2) << zero0.output;
+  EXPECT_NE(zero0.output.find("parallel.zero_group"), std::string::npos) << zero0.output;
+  // 3 ranks on nodes of 2: one node holds 2 replicas, the other 1.
+  const RunResult uneven = tessera(3, train_args(fresh_dir("hybrid_uneven"),
+                                                 "--set parallel.zero=1 --set parallel.zero_group=node "
+                                                 "--set train.global_batch=66"));
+  EXPECT_EQ(uneven.exit_code, 2) << uneven.output;
+  EXPECT_NE(uneven.output.find("different numbers of ranks"), std::string::npos) << uneven.output;
 }
 
 TEST(Sharding, MeasuredMemoryShrinksWithTheStage) {
