@@ -3,6 +3,7 @@
 #   - by mpirun on 1 node (the reference), on 2 nodes (2 ranks each) from the login namespace,
 #     and on 4 nodes (1 rank each) from inside a node with a hostfile (--map-by node);
 #   - by srun --mpi=pmix on 1, 2 and 4 nodes,
+#   - with hybrid sharding (ZeRO-1 within each of 2 nodes; the losses within 1e-5),
 # gives the reference's losses, gradient norms, accuracies and final parameters bit for bit
 # (run.blas_threads = 1 everywhere: the BLAS thread count per rank is what changes summation
 # order, docs/slurm.md), and the gradients really cross the links of the nodes in the run.
@@ -41,6 +42,16 @@ say "reference: mpirun, 4 ranks on 1 node: $(grep '^done' "$WORK_DIR/ref.out")"
 train mpirun_2 "1 2" mpirun -n 4 --host "$(node 1):2,$(node 2):2"
 same_bits "$WORK_DIR/ref" "$WORK_DIR/mpirun_2"
 say "mpirun from the login namespace, 2 nodes x 2 ranks: bit for bit the reference's"
+
+# Hybrid sharding on real nodes: ZeRO-1 within each node (MPI's shared-memory split), the shards
+# summed across the 2 nodes; fp32 sums in another order: the losses within 1e-5.
+args+=(--set parallel.zero=1 --set parallel.zero_group=node)
+train hybrid_2 "1 2" mpirun -n 4 --host "$(node 1):2,$(node 2):2"
+args=("${args[@]:0:${#args[@]}-4}")
+grep -q 'ZeRO stage 1 within each node (2 ranks per shard group), replicated across 2 nodes' \
+  "$WORK_DIR/hybrid_2/log.txt" || fail "hybrid_2: the log does not show 2 nodes of 2 ($(grep -m 1 exchange "$WORK_DIR/hybrid_2/log.txt"))"
+same_losses "$WORK_DIR/ref" "$WORK_DIR/hybrid_2" 1e-5
+say "hybrid sharding (parallel.zero_group = node), 2 nodes x 2 ranks: the reference's losses within 1e-5"
 
 printf '%s slots=2\n' "$(node 1)" "$(node 2)" "$(node 3)" "$(node 4)" >"$WORK_DIR/hostfile"
 train mpirun_4 "1 2 3 4" "$cluster_sh" exec n3 mpirun -n 4 --map-by node --hostfile "$WORK_DIR/hostfile"

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Step time and bytes crossing nodes per step of the exchange options, on the namespace cluster of
+# tests/cluster/ (docs/slurm.md) with links shaped to RATE (tc tbf on both ends of every link):
+# 2 nodes x 2 ranks and 4 nodes x 2 ranks, the MLP and the GPT decks, for
+#   zero0         flat data parallelism (allreduce per bucket)
+#   zero3         ZeRO-3 over all ranks
+#   hybrid3       ZeRO-3 within each node, replicated across nodes (parallel.zero_group = node)
+#   hybrid1       ZeRO-1 within each node
+#   bf16          zero0 with comm.reduce_dtype = bf16
+#   hier          zero0 with comm.allreduce = hierarchical
+#   priority      zero0 with comm.priority = true
+# (a configuration this build refuses, exit 2, is reported as such and skipped).
+# Bytes crossing nodes are read from the links themselves: the sum over the nodes of what the host
+# end of each node's link sent to it (/sys/class/net/NODE/statistics/tx_bytes) during the run,
+# divided by the steps (start-up traffic included: a few KB).
+# Every node shares this machine's 2 cores: these are behaviour figures (bytes, what a slow link
+# does to a step), not a real cluster's speed.
+# Usage (as root, from the repository root, after a build):
+#   bench/cluster_layouts.sh        env: RATE (1gbit), STEPS (12), CONFIGS, NODES ("2 4"),
+#                                        DECKS ("mlp gpt"), BUILD_DIR (build)
+# Writes bench/results/cluster_layouts.{csv,md}.
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$top"
+rate=${RATE:-1gbit}
+steps=${STEPS:-12}
+configs=${CONFIGS:-zero0 zero3 hybrid3 hybrid1 bf16 hier priority}
+node_counts=${NODES:-2 4}
+decks=${DECKS:-mlp gpt}
+build=${BUILD_DIR:-build}
+tessera=$(realpath "$build/tessera")
+results=bench/results
+mkdir -p "$results"
+export TESSERA_CLUSTER=layouts TESSERA_CLUSTER_SUBNET=10.77.31
+cluster=tests/cluster/cluster.sh
+trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
+"$cluster" up 4 >/dev/null
+eval "$("$cluster" env)"
+"$cluster" shape "$rate" >/dev/null
+work=$(mktemp -d /tmp/tessera-cluster-layouts.XXXXXX)
+
+fmnist=$work/fashion-mnist.h5
+kjv=$work/corpus.h5
+"$tessera" prepare fashion-mnist --out "$fmnist" >/dev/null
+DATA_DIR=$work TESSERA=$tessera tools/prepare_corpus.sh >/dev/null
+
+deck_args() {
+  case $1 in
+    mlp) echo "inputs/fashion_mnist_mlp.toml --set data.path=$fmnist --set train.global_batch=256" ;;
+    gpt) echo "inputs/kjv_gpt.toml --set data.path=$kjv --set train.global_batch=16 --set model.layers=4 --set model.width=256 --set model.heads=4 --set model.context=128" ;;
+  esac
+}
+config_args() {
+  case $1 in
+    zero0) echo "" ;;
+    zero3) echo "--set parallel.zero=3" ;;
+    hybrid3) echo "--set parallel.zero=3 --set parallel.zero_group=node" ;;
+    hybrid1) echo "--set parallel.zero=1 --set parallel.zero_group=node" ;;
+    bf16) echo "--set comm.reduce_dtype=bf16" ;;
+    hier) echo "--set comm.allreduce=hierarchical" ;;
+    priority) echo "--set comm.priority=true" ;;
+  esac
+}
+crossing_bytes() {
+  local n total=0
+  for ((n = 1; n <= 4; n++)); do total=$((total + $(cat "/sys/class/net/$TESSERA_CLUSTER-n$n/statistics/tx_bytes"))); done
+  echo "$total"
+}
+
+csv=$results/cluster_layouts.csv
+echo "deck,nodes,ranks,config,exit,step_s,crossing_mb_per_step,samples_per_s,first_loss,last_loss" >"$csv"
+for deck in $decks; do
+  for nodes in $node_counts; do
+    hosts=$(for ((i = 1; i <= nodes; i++)); do printf '%s-n%d:2,' "$TESSERA_CLUSTER" "$i"; done)
+    ranks=$((2 * nodes))
+    for config in $configs; do
+      run=$work/$deck-$nodes-$config
+      before=$(crossing_bytes)
+      # shellcheck disable=SC2046
+      set +e
+      OMPI_MCA_mpi_yield_when_idle=1 mpirun -n "$ranks" --host "${hosts%,}" --bind-to none \
+        -x OPENBLAS_NUM_THREADS=1 "$tessera" train $(deck_args "$deck") $(config_args "$config") \
+        --set train.steps="$steps" --set train.log_every=1 --set eval.every_epoch=false \
+        --set eval.at_end=false --set checkpoint.at_end=false --set checkpoint.every_steps=0 \
+        --set run.output_dir="$run" >"$run.out" 2>&1
+      code=$?
+      set -e
+      after=$(crossing_bytes)
+      if ((code != 0)); then
+        echo "$deck,$nodes,$ranks,$config,$code,,,,," >>"$csv"
+        echo "bench: $deck $nodes nodes $config: exit $code ($(grep -m 1 'error' "$run.out" || true))"
+        continue
+      fi
+      # Median step time of the logged steps after the first 2 (start-up), from metrics.csv's wall_s.
+      step_s=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "wall_s") w = i; next }
+                        $1 == "train" { n++; t[n] = $w }
+                        END { m = 0; for (i = 4; i <= n; i++) d[++m] = t[i] - t[i - 1]
+                              asort(d); print (m % 2 ? d[(m + 1) / 2] : (d[m / 2] + d[m / 2 + 1]) / 2) }' "$run/metrics.csv")
+      sps=$(grep -o '"samples_per_s": [0-9.e+-]*' "$run/summary.json" | awk '{print $2}')
+      losses=$(awk -F, '$1 == "train" { if (!f) f = $4; l = $4 } END { print f "," l }' "$run/metrics.csv")
+      mb=$(awk -v b="$((after - before))" -v s="$steps" 'BEGIN { printf "%.3f", b / s / 1e6 }')
+      echo "$deck,$nodes,$ranks,$config,0,$step_s,$mb,$sps,$losses" >>"$csv"
+      echo "bench: $deck $nodes nodes x 2 ranks $config: step $step_s s, $mb MB crossing nodes per step"
+    done
+  done
+done
+rm -rf "$work"
+{
+  echo "| deck | nodes x ranks | config | step (s) | MB crossing nodes / step | step / zero0 | bytes / zero0 |"
+  echo "| --- | --- | --- | ---: | ---: | ---: | ---: |"
+  awk -F, 'NR > 1 { key = $1 "," $2; if ($4 == "zero0" && $5 == 0) { s0[key] = $6; b0[key] = $7 }
+                    row[NR] = $0 }
+           END { for (i = 2; i <= NR; i++) { split(row[i], f, ",")
+                   key = f[1] "," f[2]
+                   if (f[5] != 0) { printf "| %s | %s x 2 | %s | exit %s | | | |\n", f[1], f[2], f[4], f[5]; continue }
+                   printf "| %s | %s x 2 | %s | %.3f | %.2f | %.2f | %.2f |\n", f[1], f[2], f[4], f[6], f[7],
+                          (s0[key] > 0 ? f[6] / s0[key] : 0), (b0[key] > 0 ? f[7] / b0[key] : 0) } }' "$csv"
+} >"$results/cluster_layouts.md"
+cat "$results/cluster_layouts.md"
+echo "bench: links shaped to $rate; CPU $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores shared by all nodes"
