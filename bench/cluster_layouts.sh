@@ -31,7 +31,7 @@ build=${BUILD_DIR:-build}
 tessera=$(realpath "$build/tessera")
 results=bench/results
 mkdir -p "$results"
-export TESSERA_CLUSTER=layouts TESSERA_CLUSTER_SUBNET=10.77.31
+export TESSERA_CLUSTER=lay TESSERA_CLUSTER_SUBNET=10.77.31
 cluster=tests/cluster/cluster.sh
 trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
 "$cluster" up 4 >/dev/null
@@ -91,11 +91,10 @@ for deck in $decks; do
         echo "bench: $deck $nodes nodes $config: exit $code ($(grep -m 1 'error' "$run.out" || true))"
         continue
       fi
-      # Median step time of the logged steps after the first 2 (start-up), from metrics.csv's wall_s.
+            # The median step time of the logged steps after the first 2 (start-up), from metrics.csv's wall_s.
       step_s=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "wall_s") w = i; next }
-                        $1 == "train" { n++; t[n] = $w }
-                        END { m = 0; for (i = 4; i <= n; i++) d[++m] = t[i] - t[i - 1]
-                              asort(d); print (m % 2 ? d[(m + 1) / 2] : (d[m / 2] + d[m / 2 + 1]) / 2) }' "$run/metrics.csv")
+                        $1 == "train" { n++; if (n >= 3) print $w - prev; prev = $w }' "$run/metrics.csv" |
+               sort -g | awk '{ d[NR] = $1 } END { print (NR % 2 ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2) }')
       sps=$(grep -o '"samples_per_s": [0-9.e+-]*' "$run/summary.json" | awk '{print $2}')
       losses=$(awk -F, '$1 == "train" { if (!f) f = $4; l = $4 } END { print f "," l }' "$run/metrics.csv")
       mb=$(awk -v b="$((after - before))" -v s="$steps" 'BEGIN { printf "%.3f", b / s / 1e6 }')
