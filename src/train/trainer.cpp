@@ -14,7 +14,7 @@
 #include "blas/gemm.hpp"
 #include "blas/gemm_library.hpp"
 #include "optim/schedule.hpp"
-#include "train/pipeline.hpp"
+#include "train/pipeline_executor.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/replica_check.hpp"
 #include "train/spatial_halo.hpp"
@@ -45,13 +45,7 @@ namespace {
 
 // Reads `indices` of a split into device buffers; collective over the split's communicator.
 // Host staging is skipped where device memory is host-accessible.
-struct Batch {
-  MatrixU<const float> x;
-  VectorU<const std::int32_t> labels;
-  MatrixU<const float> targets;
-};
-
-Batch load_batch(io::Split& split, std::span<const std::int64_t> indices,
+MicroBatch load_batch(io::Split& split, std::span<const std::int64_t> indices,
                  std::vector<float>& h_x, std::vector<std::int32_t>& h_y, std::vector<float>& h_t,
                  Matrix<float>& x, Vector<std::int32_t>& y, Matrix<float>& t) {
   const auto& info = split.info();
@@ -70,7 +64,7 @@ Batch load_batch(io::Split& split, std::span<const std::int64_t> indices,
     if (pt) Kokkos::deep_copy(Kokkos::subview(t, std::make_pair<std::size_t>(0, n), Kokkos::ALL),
                               MatrixU<float, HostSpace>(h_t.data(), n, t.extent(1)));
   }
-  Batch b;
+  MicroBatch b;
   b.x = MatrixU<const float>(x.data(), n, x.extent(1));
   if (info.has_labels) b.labels = VectorU<const std::int32_t>(y.data(), n * lw);
   else b.targets = MatrixU<const float>(t.data(), n, t.extent(1));
@@ -162,7 +156,6 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
   const ExecSpace exec;
   const auto& info = split.info();
   const int dp = comm.size(Group::data), r = comm.rank(Group::data);
-  const int stage = comm.rank(Group::pipeline);
   // Contiguous shard of the split per data rank; every rank makes the same number of reads.
   std::vector<std::int64_t> all(static_cast<std::size_t>(info.samples));
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
@@ -177,36 +170,23 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
   Vector<std::int32_t> y;
   allocate_batch(info, batch, h_x, h_y, h_t, x, y, t);
   double sums[4] = {0.0, 0.0, 0.0, 0.0};  // loss, correct, samples, relative L2 errors
-  for (std::size_t k = 0; k < rounds; ++k) {
-    const std::size_t begin = std::min(k * batch, mine.size());
-    const auto idx = mine.subspan(begin, std::min(batch, mine.size() - begin));
-    Batch b;  // a stage between reads nothing (as in training)
-    if (model.first_stage() || model.last_stage()) {
-      const auto watch = comm.watch("dataset read", Group::data);
-      b = load_batch(split, idx, h_x, h_y, h_t, x, y, t);
-    }
-    const int rows = static_cast<int>(idx.size());
-    const int slot = model.acquire(rows);
-    // Through the stages: the first takes the data, the others their predecessor's output.
-    const int tag = 1 << 20;
-    if (model.first_stage()) Kokkos::deep_copy(exec, model.input(slot), b.x);
-    else comm.recv(model.input(slot).data(), model.input(slot).size(), stage - 1, tag, Group::pipeline);
-    if (rows == 0) model.idle_forward();  // still take part in what the layers exchange
-    else model.forward(exec, slot);
-    exec.fence();
-    if (model.last_stage()) {
-      if (rows > 0) {
-        const LossSums l = model.loss(exec, slot, b.labels, b.targets, 0.0f);
-        sums[0] += l.loss;
-        sums[1] += l.correct;
-        sums[3] += l.rel_l2;
-      }
-      sums[2] += static_cast<double>(rows);
-    } else {
-      comm.isend(model.output(slot).data(), model.output(slot).size(), stage + 1, tag, Group::pipeline).wait();
-    }
-    model.release(slot);
-  }
+  // Every data rank runs the same number of rounds through the stages, one micro-batch each.
+  MicroBatches work;
+  work.count = static_cast<int>(rounds);
+  work.samples = [&](int k) {
+    const std::size_t begin = std::min(static_cast<std::size_t>(k) * batch, mine.size());
+    return mine.subspan(begin, std::min(batch, mine.size() - begin));
+  };
+  work.read = [&](std::span<const std::int64_t> idx) { return load_batch(split, idx, h_x, h_y, h_t, x, y, t); };
+  work.loss = [&](int slot, int rows, const MicroBatch& b) {
+    const LossSums l = model.loss(exec, slot, b.labels, b.targets, 0.0f);
+    sums[0] += l.loss;
+    sums[1] += l.correct;
+    sums[2] += static_cast<double>(rows);
+    sums[3] += l.rel_l2;
+  };
+  StepTimer timer;  // evaluation's phases belong to no step
+  PipelineExecutor(cfg, comm, model, timer).forward_only(exec, work);
   // The last stage's tensor rank 0 (and spatial rank 0) of each data rank holds the sums.
   if (!model.last_stage() || comm.rank(Group::tensor) != 0 || comm.rank(Group::spatial) != 0)
     sums[0] = sums[1] = sums[2] = sums[3] = 0.0;
@@ -267,6 +247,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   if (sharding_->values_sharded()) sharding_->initialize(exec_, cfg_.run.seed);
   dp_ = std::make_unique<DataParallel>(cfg_, comm_, model_->params(), *sharding_);
   model_->set_hooks(dp_.get());
+  pipeline_ = std::make_unique<PipelineExecutor>(cfg_, comm_, *model_, timer_, &tensor_seconds_);
   sampler_ = std::make_unique<Sampler>(train_->info().samples, cfg_.run.seed,
                                        cfg_.train.global_batch, cfg_.train.drop_last);
   if (sampler_->batches_per_epoch() == 0)
@@ -390,109 +371,35 @@ std::string Trainer::prepare_output_dir(const ResumeRequest& resume) {
 }
 
 double Trainer::train_step(double lr) {
+  // Sample the batch: this data rank's part of it, in micro-batches.
   const auto batch = sampler_->global_batch(state_.epoch, state_.batch_in_epoch);
   const auto local = Sampler::part(batch, comm_.rank(Group::data), comm_.size(Group::data));
   // fp16: the loss gradient carries the loss scale; finish_step divides it out again.
   const float loss_scale = scaler_->scale();
   const float scale = loss_scale / static_cast<float>(batch.size());
-  const int stage = comm_.rank(Group::pipeline), stages = comm_.size(Group::pipeline);
-  const int micro_batches = cfg_.parallel.micro_batches;
+  double loss_sum = 0.0;
+  MicroBatches micro;
+  micro.count = cfg_.parallel.micro_batches;
+  micro.samples = [&](int m) { return Sampler::part(local, m, micro.count); };
+  micro.read = [&](std::span<const std::int64_t> idx) {
+    return load_batch(*train_, idx, h_inputs_, h_labels_, h_targets_, inputs_, labels_, targets_);
+  };
+  micro.loss = [&](int slot, int /*rows*/, const MicroBatch& b) {
+    loss_sum += model_->loss(exec_, slot, b.labels, b.targets, scale).loss;
+  };
+
+  // Run the pipeline: the stage's forwards and backwards in the schedule's order; each full
+  // gradient bucket's exchange starts from the backward hooks (DataParallel).
   dp_->begin_step(exec_);
   tensor_seconds_ = 0.0;
+  pipeline_->train(exec_, *dp_, micro);
 
-  // The stage's forwards and backwards in the schedule's order (pp = 1: forward, backward per
-  // micro-batch). Activations go down the pipeline and their gradients back up with
-  // nonblocking sends and blocking receives (the wait is the bubble); each full gradient bucket's
-  // exchange starts from the backward hooks (DataParallel).
-  double loss_sum = 0.0;
-  std::vector<int> slot(static_cast<std::size_t>(micro_batches), -1), rows(slot.size(), 0);
-  std::vector<PendingOp> forward_send(slot.size());
-  int backwards = 0;
-  const auto move_comm = [&](Phase from) {
-    timer_.move(from, Phase::allreduce, dp_->take_hook_comm_seconds());
-    timer_.move(from, Phase::tensor, tensor_seconds_);
-    tensor_seconds_ = 0.0;
-  };
-  const auto ops = pipeline_schedule(cfg_.parallel.schedule, stages, stage, micro_batches);
-  const int slot_bound = peak_in_flight(ops);
-  for (const PipelineOp& op : ops) {
-    const int m = op.micro;
-    const auto mu = static_cast<std::size_t>(m);
-    const int fwd_tag = 2 * m, bwd_tag = 2 * m + 1;
-    if (op.kind == PipelineOp::Kind::forward) {
-      const auto idx = Sampler::part(local, m, micro_batches);
-      // The first stage takes the inputs, the last the labels; a stage between reads nothing
-      // (its whole data group is the same stage, so the collective reads stay matched).
-      Batch b;
-      if (model_->first_stage() || model_->last_stage()) {
-        auto t = timer_.time(Phase::data, exec_);
-        const auto watch = comm_.watch("dataset read", Group::data);
-        b = load_batch(*train_, idx, h_inputs_, h_labels_, h_targets_, inputs_, labels_, targets_);
-      }
-      rows[mu] = static_cast<int>(idx.size());
-      {
-        // Keep to the schedule's bound on live activations: wait for a retired slot's sends
-        // only when the new micro-batch would exceed it.
-        auto t = timer_.time(Phase::pipeline, exec_);
-        retire_slots(false);
-        while (model_->live_slots() >= slot_bound && !retiring_.empty()) {
-          for (auto& send : retiring_.front().sends) send.wait();
-          retire_slots(false);
-        }
-      }
-      slot[mu] = model_->acquire(rows[mu]);
-      const MatrixU<float> in = model_->input(slot[mu]);
-      if (model_->first_stage()) {
-        Kokkos::deep_copy(exec_, in, b.x);
-      } else {
-        auto t = timer_.time(Phase::pipeline, exec_);
-        comm_.recv(in.data(), in.size(), stage - 1, fwd_tag, Group::pipeline);
-      }
-      {
-        auto t = timer_.time(Phase::forward, exec_);
-        if (rows[mu] == 0) model_->idle_forward();
-        else model_->forward(exec_, slot[mu]);
-        if (model_->last_stage() && rows[mu] > 0)
-          loss_sum += model_->loss(exec_, slot[mu], b.labels, b.targets, scale).loss;
-      }
-      move_comm(Phase::forward);
-      if (!model_->last_stage())
-        forward_send[mu] = comm_.isend(model_->output(slot[mu]).data(), model_->output(slot[mu]).size(),
-                                       stage + 1, fwd_tag, Group::pipeline);
-    } else {
-      if (!model_->last_stage()) {
-        auto t = timer_.time(Phase::pipeline, exec_);
-        const MatrixU<float> g = model_->grad_output(slot[mu]);
-        comm_.recv(g.data(), g.size(), stage + 1, bwd_tag, Group::pipeline);
-      }
-      dp_->begin_backward(exec_, backwards++, micro_batches);
-      {
-        auto t = timer_.time(Phase::backward, exec_);
-        if (rows[mu] == 0) model_->idle_backward();
-        else model_->backward(exec_, slot[mu]);
-      }
-      move_comm(Phase::backward);
-      {
-        auto t = timer_.time(Phase::allreduce, exec_);
-        dp_->end_backward(exec_);
-      }
-      // The slot is done once its sends are: it retires, and is released when they complete. Its
-      // activation went to the next stage before that stage sent the gradient back: done.
-      forward_send[mu].wait();
-      Retiring r;
-      r.slot = slot[mu];
-      if (!model_->first_stage()) {
-        const MatrixU<float> g = model_->grad_input(slot[mu]);
-        r.sends.push_back(comm_.isend(g.data(), g.size(), stage - 1, bwd_tag, Group::pipeline));
-      }
-      retiring_.push_back(std::move(r));
-    }
-  }
-  {
-    auto t = timer_.time(Phase::pipeline, exec_);
-    retire_slots(true);
-  }
+  // Finish the exchange and update; reduce the loss and the flags, and decide.
+  const double grad_norm = update(lr, loss_scale);
+  return reduce_and_decide(loss_sum, grad_norm, static_cast<double>(batch.size()));
+}
 
+double Trainer::update(double lr, float loss_scale) {
   // The rest of the exchange, norm, clipping, the update (and ZeRO's allgather).
   const double grad_norm = dp_->finish_step(exec_, lr, loss_scale, scaler_->enabled());
   // The norm is reduced over every group, so every rank takes the same decision.
@@ -506,6 +413,10 @@ double Trainer::train_step(double lr) {
                           state_.step + 1, loss_scale, scaler_->scale()));
   timer_.add(Phase::allreduce, dp_->last_comm_seconds());
   timer_.add(Phase::optimizer, dp_->last_update_seconds());
+  return grad_norm;
+}
+
+double Trainer::reduce_and_decide(double loss_sum, double grad_norm, double batch_size) {
   // The loss lives on the last stage; its tensor ranks all hold it: count it once (a spatial
   // model counts it on spatial rank 0).
   if (!model_->last_stage() || comm_.rank(Group::tensor) != 0 || comm_.rank(Group::spatial) != 0) loss_sum = 0.0;
@@ -517,7 +428,7 @@ double Trainer::train_step(double lr) {
   comm_.allreduce_sum(reduced, 4, Group::world);
   stop_requested_ = reduced[2] > 0.0;
   save_written_ = reduced[3] == static_cast<double>(comm_.size());
-  const double loss = reduced[0] / static_cast<double>(batch.size());
+  const double loss = reduced[0] / batch_size;
   last_grad_norm_ = grad_norm;
   if (!dp_->skipped() && (reduced[1] > 0.0 || !std::isfinite(loss))) {
     finish_checkpoint();  // the one in flight is of an earlier, good step
@@ -530,18 +441,6 @@ double Trainer::train_step(double lr) {
         state_.step + 1, loss, grad_norm, latest));
   }
   return loss;
-}
-
-void Trainer::retire_slots(bool wait) {
-  std::erase_if(retiring_, [&](Retiring& r) {
-    bool done = true;
-    for (auto& send : r.sends) {
-      if (wait) send.wait();
-      done = send.test() && done;
-    }
-    if (done) model_->release(r.slot);
-    return done;
-  });
 }
 
 void Trainer::log_progress(double lr, double loss, double grad_norm) {

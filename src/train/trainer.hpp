@@ -13,6 +13,7 @@
 #include "train/checkpointer.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/model.hpp"
+#include "train/pipeline_executor.hpp"
 #include "train/placement.hpp"
 #include "train/run_output.hpp"
 #include "train/sampler.hpp"
@@ -74,7 +75,16 @@ class Trainer {
 
  private:
   std::string prepare_output_dir(const ResumeRequest& resume);
+  /// One optimizer step: sample the batch, run the pipeline, finish the exchange and update,
+  /// reduce the loss and the step's flags, decide. Returns the batch's mean loss.
   double train_step(double lr);
+  /// The rest of the gradient exchange, the norm, clipping and the update (and ZeRO's
+  /// allgather); the loss scale's decision. Returns the gradient norm.
+  double update(double lr, float loss_scale);
+  /// One small reduction of the loss and the flags every rank must agree on (non-finite
+  /// gradients, stop requests, the asynchronous save's progress); throws NumericError on a
+  /// non-finite loss or gradient. Returns the batch's mean loss.
+  double reduce_and_decide(double loss_sum, double grad_norm, double batch_size);
   void log_progress(double lr, double loss, double grad_norm);
   EvalResult run_eval();
   void checkpoint();
@@ -98,6 +108,7 @@ class Trainer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Sharding> sharding_;  // before the model: it plans the model's store
   std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<PipelineExecutor> pipeline_;
   std::unique_ptr<Checkpointer> ckpt_;
   std::unique_ptr<RunOutput> out_;
   std::unique_ptr<LossScaler> scaler_;
@@ -118,13 +129,6 @@ class Trainer {
   std::int64_t halo_steps_ = 0;
   StepTimer timer_;
   double tensor_seconds_ = 0.0;  // time in tensor-group sums, since the last take
-  // Activation slots whose micro-batch is done but whose pipeline sends may still be in flight.
-  struct Retiring {
-    int slot = -1;
-    std::vector<PendingOp> sends;
-  };
-  std::vector<Retiring> retiring_;
-  void retire_slots(bool wait);
   double run_start_wall_ = 0.0;
   std::int64_t interval_samples_ = 0, total_samples_timed_ = 0, last_logged_step_ = 0;
   double total_step_seconds_ = 0.0, total_step_seconds_interval_ = 0.0;

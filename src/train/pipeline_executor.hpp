@@ -1,0 +1,100 @@
+#pragma once
+// The pipeline executor: runs micro-batches through this rank's pipeline stage. Training runs
+// every forward and backward of a step in the schedule's order (train/pipeline.hpp); evaluation
+// runs forwards only, one micro-batch after another. Activations go down the pipeline and their
+// gradients back up with nonblocking sends and blocking receives on the pipeline communicator:
+// the wait in a receive is the bubble, timed as Phase::pipeline. A micro-batch's activation
+// slot retires when its backward is done and is released once its sends have completed; a new
+// forward waits for a retiring slot only where it would exceed the schedule's bound on live
+// slots (peak_in_flight).
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "core/config.hpp"
+#include "kernels/views.hpp"
+#include "train/data_parallel.hpp"
+#include "train/model.hpp"
+#include "train/pipeline.hpp"
+#include "train/step_timer.hpp"
+
+namespace tessera {
+
+/// One micro-batch's data as a stage needs it: inputs (B, features) on the first stage, labels
+/// (B * label width) or targets (B, outputs) on the last; empty views elsewhere.
+struct MicroBatch {
+  MatrixU<const float> x;
+  VectorU<const std::int32_t> labels;
+  MatrixU<const float> targets;
+};
+
+/// What the executor asks of its caller about the micro-batches it runs.
+struct MicroBatches {
+  int count = 0;
+  /// This data rank's samples of micro-batch m (every stage: the row count travels with them).
+  std::function<std::span<const std::int64_t>(int m)> samples;
+  /// Reads samples into device buffers; called on the first and last stages only, collective
+  /// over the data group (its ranks are all the same stage, so the calls stay matched).
+  std::function<MicroBatch(std::span<const std::int64_t> samples)> read;
+  /// Last stage: the loss of the micro-batch of `rows` > 0 samples in `slot`, which writes the
+  /// gradient of its output for backward.
+  std::function<void(int slot, int rows, const MicroBatch& data)> loss;
+};
+
+class PipelineExecutor {
+ public:
+  /// \brief An executor for `model` on this rank's pipeline stage. `timer` receives the data,
+  /// forward, backward, allreduce, tensor and pipeline phases; `tensor_seconds` (may be null)
+  /// is where the model's tensor sums add their time, moved from forward and backward into
+  /// Phase::tensor.
+  PipelineExecutor(const Config& cfg, const Communicator& comm, Model& model, StepTimer& timer,
+                   double* tensor_seconds = nullptr);
+
+  /// \brief The micro-batches' forwards and backwards in the schedule's order. Each backward
+  /// runs between dp.begin_backward and dp.end_backward; the hooks start the gradient exchange.
+  /// Returns with every slot released and every send complete. Collective over the pipeline
+  /// group (and what the hooks and reads involve); call between dp.begin_step and
+  /// dp.finish_step.
+  void train(const ExecSpace& exec, DataParallel& dp, const MicroBatches& batches);
+
+  /// \brief Forwards only, one micro-batch after another, each slot released after its forward
+  /// (evaluation). Collective over the pipeline group.
+  void forward_only(const ExecSpace& exec, const MicroBatches& batches);
+
+ private:
+  struct InFlight {
+    int slot = -1, rows = 0;
+    PendingOp send;  // the forward's activation to the next stage
+  };
+  // Activation slots whose micro-batch is done but whose sends may still be in flight.
+  struct Retiring {
+    int slot = -1;
+    std::vector<PendingOp> sends;
+  };
+
+  MicroBatch read(const ExecSpace& exec, const MicroBatches& batches, std::span<const std::int64_t> samples);
+  /// Reads micro-batch m, keeps within `bound` live slots, receives its input, runs its forward
+  /// (and the loss on the last stage) and starts sending its output.
+  void forward(const ExecSpace& exec, const MicroBatches& batches, int m, int tag, int bound, InFlight& f);
+  /// Receives micro-batch m's output gradient, runs its backward (the `backwards`-th of the
+  /// step), starts sending its input gradient and retires its slot.
+  void backward(const ExecSpace& exec, DataParallel& dp, int m, int backwards, InFlight& f);
+  /// Waits for retiring slots' sends until a new slot keeps within `bound` live slots.
+  void make_room(const ExecSpace& exec, int bound);
+  /// Releases the retiring slots whose sends are done (with wait: all of them, once done).
+  void retire_slots(bool wait);
+  /// Counts the hooks' and the tensor sums' seconds inside phase `from` as their own phases.
+  void move_comm(Phase from, DataParallel& dp);
+
+  const Config& cfg_;
+  const Communicator& comm_;
+  Model& model_;
+  StepTimer& timer_;
+  double* tensor_seconds_;
+  int stage_ = 0;
+  std::vector<Retiring> retiring_;
+};
+
+}  // namespace tessera
