@@ -349,5 +349,6 @@ std::string_view to_string(ScheduleKind v) { return name_in(deck::kScheduleKinds
 std::string_view to_string(PipelineSchedule v) { return name_in(deck::kPipelineSchedules, v); }
 std::string_view to_string(AllreduceAlgorithm v) { return name_in(deck::kAllreduceAlgorithms, v); }
 std::string_view to_string(CommBackend v) { return name_in(deck::kCommBackends, v); }
+std::string_view to_string(ReduceDtype v) { return name_in(deck::kReduceDtypes, v); }
 
 }  // namespace tessera
