@@ -7,10 +7,24 @@
 # auto` continues exactly there). A second Ctrl-C or SIGTERM ends them at once. mpirun runs in its
 # own process group so that a terminal's Ctrl-C reaches this script only.
 set -euo pipefail
-# Open MPI's single-copy (CMA) path for shared-memory messages measured slower here than
-# copy-in/copy-out at every size from 256 KB to 16 MB (a 2.7 MB allreduce on 2 ranks: 300 us vs
-# 175 us), so it is off unless the caller set it.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+# Open MPI's single-copy (CMA) path for shared-memory messages: faster or slower depending on the
+# CPU (one EPYC: a 2.7 MB allreduce on 2 ranks took 300 us with it, 175 without; a Xeon: MPI's
+# allreduce 1.6-1.8x faster with it). tools/choose_transport.sh measures both here and writes the
+# winner to the transport file, read below when it was measured on this CPU model; the caller's
+# own OMPI_MCA_btl_vader_single_copy_mechanism always wins; without either it is off.
+transport_file=${TESSERA_TRANSPORT_FILE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/tessera/transport}
+if [[ -z ${OMPI_MCA_btl_vader_single_copy_mechanism:-} && -r $transport_file ]]; then
+  measured_on=$(sed -n 's/^cpu=//p' "$transport_file" | head -n 1)
+  this_cpu=$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs || true)
+  chosen=$(sed -n 's/^OMPI_MCA_btl_vader_single_copy_mechanism=\(cma\|none\)$/\1/p' "$transport_file" | tail -n 1)
+  if [[ -n $chosen && $measured_on == "$this_cpu" ]]; then
+    export OMPI_MCA_btl_vader_single_copy_mechanism=$chosen
+  else
+    echo "mpirun.sh: ignoring $transport_file (measured on '$measured_on', this is '$this_cpu', or no valid" \
+      "setting in it); run tools/choose_transport.sh here" >&2
+  fi
+fi
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 # Open MPI's odls_base_sigkill_timeout stays at its default (1 s): mpirun waits twice that long
 # whenever a rank ends with a non-zero exit code while another is still finishing (every error on

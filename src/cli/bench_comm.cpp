@@ -1,6 +1,8 @@
 // `tessera bench comm`: for each backend, algorithm and message size, check the result against
 // MPI_Allreduce once, then time it: median over iterations of the slowest rank's time.
-// Columns as nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n.
+// Columns as nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n, with bytes the fp32
+// buffer's size also where the sum travels as bf16 (--reduce-dtypes bf16); sent_B and xnode_B
+// are the Communicator's counters per call (CommBytes), the mean over ranks.
 //
 // Backends (the backend column is <comm.backend>-<memory>): mpi-host and staged-host on host
 // buffers; cuda-aware-mpi-device, staged-device and nccl-device on device buffers where a CUDA
@@ -10,6 +12,7 @@
 #include "cli/commands.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "comm/agree.hpp"
+#include "comm/bf16.hpp"
 #include "comm/communicator.hpp"
 #include "comm/device_memory.hpp"
 #include "comm/device_sharing.hpp"
@@ -68,7 +72,24 @@ std::vector<AllreduceAlgorithm> parse_algorithms(const std::string& s) {
     const auto* it = std::find_if(std::begin(deck::kAllreduceAlgorithms), std::end(deck::kAllreduceAlgorithms),
                                   [&](const auto& c) { return c.name == name; });
     if (it == std::end(deck::kAllreduceAlgorithms))
-      throw InputError(fmt::format("bench comm --algorithms: unknown algorithm '{}' (allowed: mpi, ring, parameter-server)", name));
+      throw InputError(fmt::format("bench comm --algorithms: unknown algorithm '{}' (allowed: mpi, ring, "
+                                   "parameter-server, hierarchical)", name));
+    out.push_back(it->value);
+    start = comma + 1;
+  }
+  return out;
+}
+
+/// "fp32", "bf16" or both, comma-separated.
+std::vector<ReduceDtype> parse_reduce_dtypes(const std::string& s) {
+  std::vector<ReduceDtype> out;
+  for (std::size_t start = 0; start <= s.size();) {
+    const auto comma = std::min(s.find(',', start), s.size());
+    const std::string name = s.substr(start, comma - start);
+    const auto* it = std::find_if(std::begin(deck::kReduceDtypes), std::end(deck::kReduceDtypes),
+                                  [&](const auto& c) { return c.name == name; });
+    if (it == std::end(deck::kReduceDtypes))
+      throw InputError(fmt::format("bench comm --reduce-dtypes: unknown type '{}' (allowed: fp32, bf16)", name));
     out.push_back(it->value);
     start = comma + 1;
   }
@@ -85,6 +106,12 @@ std::string name_of(AllreduceAlgorithm a) {
 void fill(float* v, std::size_t n, int rank) {
   for (std::size_t i = 0; i < n; ++i)
     v[i] = static_cast<float>(static_cast<int>((i * 2654435761u + static_cast<std::size_t>(rank) * 40503u) % 17) - 8);
+}
+
+/// Values in [-1, 1) with 16 fractional bits from (rank, index).
+void fill_unit(float* v, std::size_t n, int rank) {
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>((i * 40503u + static_cast<std::size_t>(rank) * 2654435761u) % 65536) / 32768.0f - 1.0f;
 }
 
 /// One backend on one kind of memory: a group of rows of the table.
@@ -160,53 +187,102 @@ class Buffer {
 };
 
 /// The slowest rank's time of one call, in seconds.
-double time_once(const Communicator& comm, float* buf, std::size_t n) {
+double time_once(const Communicator& comm, float* buf, std::size_t n, ReduceDtype wire) {
   comm.barrier();
   const double t0 = MPI_Wtime();
-  comm.allreduce_sum(buf, n, Group::data);
+  comm.allreduce_sum(buf, n, Group::data, wire);
   double dt = MPI_Wtime() - t0;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, comm.handle()));
   return dt;
 }
 
 struct Point {
-  std::string algorithm, backend;
+  std::string algorithm, backend, dtype;
   int ranks;
   std::size_t bytes;
   double time_us, algbw_gbps, busbw_gbps;
+  double sent_bytes, cross_node_bytes;  ///< per rank and call, from the counters (mean over ranks)
 };
 
-/// Checks, then times, one (target, algorithm, size); rank 0 prints the row.
-Point measure(const Communicator& comm, const std::string& algorithm, const std::string& label, Buffer& buf,
-              std::vector<float>& ref, std::vector<float>& out, std::size_t bytes, const BenchCommArgs& args) {
-  const std::size_t n = bytes / sizeof(float);
+/// One row being measured: what runs, on what, in which wire type.
+struct Row {
+  const Communicator& comm;
+  std::string algorithm, label;
+  ReduceDtype wire;
+  std::size_t bytes;
+  std::string what() const {
+    return fmt::format("{} on {} ({}) at {} bytes", algorithm, label, to_string(wire), bytes);
+  }
+};
+
+/// Any rank's failure is every rank's error.
+void agree_ok(const Row& row, bool ok, const char* why) {
+  int wrong = ok ? 0 : 1;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT, MPI_MAX, row.comm.handle()));
+  if (wrong) throw std::runtime_error(fmt::format("bench comm: {}: {}", row.what(), why));
+}
+
+/// Before timing: small integers give MPI_Allreduce's sum exactly (in bf16 too while |sums| <= 256);
+/// values in [-1, 1) give the sum of the wire-rounded inputs within the rounding bound, bitwise
+/// the same on every rank.
+void check(const Row& row, Buffer& buf, std::vector<float>& ref, std::vector<float>& out) {
+  const Communicator& comm = row.comm;
+  const std::size_t n = row.bytes / sizeof(float);
+  const int p = comm.size(Group::data), me = comm.rank();
+  const bool bf16 = row.wire == ReduceDtype::bf16;
+  for (const bool integers : {true, false}) {
+    if (integers && bf16 && 8 * p > 256) continue;
+    if (integers) fill(ref.data(), n, me);
+    else fill_unit(ref.data(), n, me);
+    buf.upload(ref.data(), n);
+    if (bf16) comm::round_to_bf16(ref.data(), n);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ref.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm.handle()));
+    comm.allreduce_sum(buf.data(), n, Group::data, row.wire);
+    buf.download(out.data(), n);
+    if (integers) {
+      agree_ok(row, std::equal(out.data(), out.data() + n, ref.data()), "a different sum than MPI_Allreduce");
+      continue;
+    }
+    const double unit = bf16 ? 0x1p-8 : 0x1p-24;  // |x| < 1: the sum of magnitudes is below p
+    const double tol = (p + 1) * p * (unit + 0x1p-24);
+    bool near = true;
+    for (std::size_t i = 0; i < n && near; ++i) near = std::abs(static_cast<double>(out[i]) - ref[i]) <= tol;
+    agree_ok(row, near, "a sum beyond the rounding bound of MPI_Allreduce's");
+    std::copy_n(out.data(), n, ref.data());
+    MPI_CHECK(MPI_Bcast(ref.data(), static_cast<int>(n), MPI_FLOAT, 0, comm.handle()));
+    agree_ok(row, std::equal(out.data(), out.data() + n, ref.data()), "ranks hold different sums");
+  }
+}
+
+/// Checks, then times, one row; the counters give the bytes per call; rank 0 prints the row.
+Point measure(const Row& row, Buffer& buf, std::vector<float>& ref, std::vector<float>& out,
+              const BenchCommArgs& args) {
+  const Communicator& comm = row.comm;
+  const std::size_t n = row.bytes / sizeof(float);
   const int p = comm.size(Group::data);
-  // Verify against MPI_Allreduce before timing.
-  fill(ref.data(), n, comm.rank());
-  buf.upload(ref.data(), n);
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ref.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm.handle()));
-  comm.allreduce_sum(buf.data(), n, Group::data);
-  buf.download(out.data(), n);
-  int wrong = std::equal(out.data(), out.data() + n, ref.data()) ? 0 : 1;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT, MPI_MAX, comm.handle()));
-  if (wrong)
-    throw std::runtime_error(fmt::format("bench comm: {} on {} gives a different sum than MPI_Allreduce at {} bytes",
-                                         algorithm, label, bytes));
+  check(row, buf, ref, out);
   // Time: zeros stay zeros however often they are summed.
   std::fill_n(out.data(), n, 0.0f);
   buf.upload(out.data(), n);
   // Large messages get fewer iterations: at least 3, about iters x 16 MB in all.
-  const int iters = bytes <= (16u << 20) ? args.iters : std::max(3, static_cast<int>(args.iters * (16u << 20) / bytes));
-  for (int i = 0; i < std::min(args.warmup, iters); ++i) comm.allreduce_sum(buf.data(), n, Group::data);
+  const int iters = row.bytes <= (16u << 20) ? args.iters : std::max(3, static_cast<int>(args.iters * (16u << 20) / row.bytes));
+  comm.reset_counters();
+  for (int i = 0; i < std::min(args.warmup, iters); ++i) comm.allreduce_sum(buf.data(), n, Group::data, row.wire);
   std::vector<double> t(static_cast<std::size_t>(iters));
-  for (double& ti : t) ti = time_once(comm, buf.data(), n);
+  for (double& ti : t) ti = time_once(comm, buf.data(), n, row.wire);
+  const CommBytes counted = comm.counters()[Group::data];
+  double per_call[2] = {static_cast<double>(counted.total()), static_cast<double>(counted.to_other_nodes)};
+  for (double& b : per_call) b /= static_cast<double>(std::max<std::uint64_t>(1, counted.calls)) * p;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, per_call, 2, MPI_DOUBLE, MPI_SUM, comm.handle()));
   std::nth_element(t.begin(), t.begin() + iters / 2, t.end());
   const double sec = t[static_cast<std::size_t>(iters / 2)];
-  const double algbw = sec > 0 ? static_cast<double>(bytes) / sec / 1e9 : 0.0;
-  const Point pt{algorithm, label, p, bytes, sec * 1e6, algbw, algbw * 2.0 * (p - 1) / p};
+  const double algbw = sec > 0 ? static_cast<double>(row.bytes) / sec / 1e9 : 0.0;
+  const Point pt{row.algorithm, row.label, std::string(to_string(row.wire)), p, row.bytes, sec * 1e6, algbw,
+                 algbw * 2.0 * (p - 1) / p, per_call[0], per_call[1]};
   if (comm.is_root()) {
-    fmt::print("{:>18} {:>21} {:>6} {:>12} {:>12.1f} {:>12.3f} {:>12.3f}\n", pt.algorithm, pt.backend, pt.ranks,
-               pt.bytes, pt.time_us, pt.algbw_gbps, pt.busbw_gbps);
+    fmt::print("{:>18} {:>5} {:>21} {:>6} {:>12} {:>12.1f} {:>12.3f} {:>12.3f} {:>12.0f} {:>12.0f}\n", pt.algorithm,
+               pt.dtype, pt.backend, pt.ranks, pt.bytes, pt.time_us, pt.algbw_gbps, pt.busbw_gbps, pt.sent_bytes,
+               pt.cross_node_bytes);
     std::fflush(stdout);
   }
   return pt;
@@ -217,6 +293,7 @@ Point measure(const Communicator& comm, const std::string& algorithm, const std:
 int bench_comm(const BenchCommArgs& args) {
   const auto sizes = parse_sizes(args.sizes);
   const auto algorithms = parse_algorithms(args.algorithms);
+  const auto dtypes = parse_reduce_dtypes(args.reduce_dtypes);
   const auto backends = parse_backends(args.backends);
   if (args.iters < 1 || args.warmup < 0 || args.segment_kb < 1)
     throw InputError("bench comm: need --iters >= 1, --warmup >= 0, --segment-kb >= 1");
@@ -229,12 +306,17 @@ int bench_comm(const BenchCommArgs& args) {
   std::vector<std::string> skipped;
   const DeviceSharing sharing = devices > 0 ? comm::detect_device_sharing(world.handle()) : DeviceSharing{};
   const auto targets = plan_targets(backends, devices > 0, mpi.cuda_aware(), sharing, skipped);
+  const comm::NodeSplit& nodes = world.node_split(Group::data);  // collective on its first call
   if (world.is_root()) {
     fmt::print("MPI: {}; CUDA-aware: {} ({})\n", mpi.library, to_string(mpi.run_time), mpi.why);
     fmt::print("CUDA devices visible: {}; built with CUDA: {}, NCCL: {}\n", devices, build::cuda, build::nccl);
     for (const std::string& s : skipped) fmt::print("skipped: {}\n", s);
-    fmt::print("{:>18} {:>21} {:>6} {:>12} {:>12} {:>12} {:>12}\n", "algorithm", "backend", "ranks", "bytes",
-               "time_us", "algbw_gbps", "busbw_gbps");
+    fmt::print("nodes: {} (ranks on each: {})\n", nodes.nodes, fmt::join(nodes.ranks_per_node, ", "));
+    fmt::print("bytes: the buffer (fp32); sent_B: bytes a rank hands to MPI per call (MPI's allreduce: its payload; "
+               "ring, parameter-server, hierarchical: what the rank sends), xnode_B: of these sent to another "
+               "node's ranks (our algorithms only); both the mean over ranks\n");
+    fmt::print("{:>18} {:>5} {:>21} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "algorithm", "dtype",
+               "backend", "ranks", "bytes", "time_us", "algbw_gbps", "busbw_gbps", "sent_B", "xnode_B");
   }
 
   // Host copies for the checks, allocated once at the largest size.
@@ -253,8 +335,12 @@ int bench_comm(const BenchCommArgs& args) {
       if (own_only && algorithm != AllreduceAlgorithm::mpi) continue;
       comm.set_allreduce(algorithm, static_cast<std::size_t>(args.segment_kb) * 1024);
       const std::string name = target.backend == CommBackend::nccl ? "nccl" : name_of(algorithm);
-      for (const std::size_t bytes : sizes)
-        points.push_back(measure(comm, name, target.label(), buf, ref, out, bytes, args));
+      for (const ReduceDtype wire : dtypes) {
+        // bf16 converts on the host: device buffers only when staged.
+        if (own_only && wire != ReduceDtype::fp32) continue;
+        for (const std::size_t bytes : sizes)
+          points.push_back(measure(Row{comm, name, target.label(), wire, bytes}, buf, ref, out, args));
+      }
     }
   }
 
@@ -263,10 +349,11 @@ int bench_comm(const BenchCommArgs& args) {
     if (!world.is_root() || args.csv.empty()) return;
     std::ofstream file(args.csv);
     if (!file) throw InputError(fmt::format("bench comm --csv {}: cannot open for writing", args.csv));
-    file << "algorithm,backend,ranks,bytes,time_us,algbw_gbps,busbw_gbps\n";
+    file << "algorithm,backend,ranks,bytes,time_us,algbw_gbps,busbw_gbps,reduce_dtype,sent_bytes,cross_node_bytes\n";
     for (const Point& pt : points)
-      file << fmt::format("{},{},{},{},{:.3f},{:.6f},{:.6f}\n", pt.algorithm, pt.backend, pt.ranks, pt.bytes,
-                          pt.time_us, pt.algbw_gbps, pt.busbw_gbps);
+      file << fmt::format("{},{},{},{},{:.3f},{:.6f},{:.6f},{},{:.0f},{:.0f}\n", pt.algorithm, pt.backend, pt.ranks,
+                          pt.bytes, pt.time_us, pt.algbw_gbps, pt.busbw_gbps, pt.dtype, pt.sent_bytes,
+                          pt.cross_node_bytes);
     if (!file.flush()) throw InputError(fmt::format("bench comm --csv {}: write failed", args.csv));
   });
   return 0;

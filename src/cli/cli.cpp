@@ -204,7 +204,8 @@ int run(int argc, char** argv) {
   BenchCommArgs bench_comm_args;
   auto* bench_comm_cmd = bench_cmd->add_subcommand("comm", "time the allreduce algorithms and backends over message sizes");
   bench_comm_cmd->add_option("--sizes", bench_comm_args.sizes, "LO..HI bytes (K, M, G), powers of 4 between")->capture_default_str();
-  bench_comm_cmd->add_option("--algorithms", bench_comm_args.algorithms, "comma-separated: mpi, ring, parameter-server")->capture_default_str();
+  bench_comm_cmd->add_option("--algorithms", bench_comm_args.algorithms, "comma-separated: mpi, ring, parameter-server, hierarchical")->capture_default_str();
+  bench_comm_cmd->add_option("--reduce-dtypes", bench_comm_args.reduce_dtypes, "comma-separated wire types of the sum, as comm.reduce_dtype: fp32, bf16")->capture_default_str();
   bench_comm_cmd->add_option("--backends", bench_comm_args.backends, "all, or comma-separated: mpi, staged, cuda-aware-mpi, nccl (device rows need a CUDA device)")->capture_default_str();
   bench_comm_cmd->add_option("--iters", bench_comm_args.iters, "timed iterations per size (fewer above 16M)")->capture_default_str();
   bench_comm_cmd->add_option("--warmup", bench_comm_args.warmup, "untimed iterations per size")->capture_default_str();

@@ -28,6 +28,10 @@ CommBackend automatic_device(const CommConfig& cfg, const MpiCudaSupport& mpi, c
     reason = fmt::format("comm.allreduce = \"{}\" adds on the host", to_string(cfg.allreduce));
     return CommBackend::staged;
   }
+  if (cfg.reduce_dtype != ReduceDtype::fp32) {
+    reason = fmt::format("comm.reduce_dtype = \"{}\" converts on the host", to_string(cfg.reduce_dtype));
+    return CommBackend::staged;
+  }
   if (caps.nccl && !sharing.shared()) {
     reason = "built with NCCL";
     return CommBackend::nccl;
@@ -76,6 +80,11 @@ BackendPlan resolve_backend(const CommConfig& cfg, BufferSpace buffers, const Mp
                                              "with comm.backend = \"cuda-aware-mpi\"; set comm.allreduce "
                                              "= \"mpi\", or comm.backend = \"staged\"",
                                              algorithm));
+      if (on_device && cfg.reduce_dtype != ReduceDtype::fp32)
+        refuse("comm.reduce_dtype", fmt::format("\"{}\" converts on the host and cannot run on device "
+                                                "buffers with comm.backend = \"cuda-aware-mpi\"; set "
+                                                "comm.reduce_dtype = \"fp32\", or comm.backend = \"staged\"",
+                                                to_string(cfg.reduce_dtype)));
       plan.host = CommBackend::mpi;
       plan.device = CommBackend::cuda_aware_mpi;
       plan.reason = mpi.run_time == Answer::yes
@@ -96,6 +105,11 @@ BackendPlan resolve_backend(const CommConfig& cfg, BufferSpace buffers, const Mp
                                              "allreduce; set comm.allreduce = \"mpi\" (the library's "
                                              "own), or comm.backend = \"staged\"",
                                              algorithm));
+      if (cfg.reduce_dtype != ReduceDtype::fp32)
+        refuse("comm.reduce_dtype", fmt::format("\"{}\" with comm.backend = \"nccl\": the conversion runs "
+                                                "on the host; set comm.reduce_dtype = \"fp32\", or "
+                                                "comm.backend = \"staged\"",
+                                                to_string(cfg.reduce_dtype)));
       if (!on_device)
         refuse("comm.backend", "\"nccl\" takes device memory, but this build keeps its buffers in host "
                                "memory (a Serial/OpenMP Kokkos); allowed here: \"auto\", \"mpi\", "

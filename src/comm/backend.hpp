@@ -9,10 +9,10 @@
 //   staged          copy to a persistent pinned host buffer, run the chosen algorithm there,
 //                   copy back: works with any MPI
 //   nccl            NCCL communicators, one per group, created on first use
-//   auto            host memory: mpi. Device memory: staged when comm.allreduce is ring or
-//                   parameter-server; else nccl if built and every rank has a GPU of its own,
-//                   else cuda-aware-mpi if the MPI library's run-time query says yes, else
-//                   staged.
+//   auto            host memory: mpi. Device memory: staged when comm.allreduce is ring,
+//                   parameter-server or hierarchical, or comm.reduce_dtype is bf16; else
+//                   nccl if built and every rank has a GPU of its own, else cuda-aware-mpi if
+//                   the MPI library's run-time query says yes, else staged.
 #include <string>
 
 #include "comm/mpi_cuda_support.hpp"
@@ -57,7 +57,8 @@ struct BackendPlan {
 /// (or comm.allreduce) for a choice this build, this memory or this MPI cannot serve:
 /// nccl without NCCL built, nccl on host buffers, nccl with ring/parameter-server, mpi on device
 /// buffers, cuda-aware-mpi on device buffers where MPI says it is not CUDA-aware or with
-/// ring/parameter-server, nccl on device buffers where ranks share a GPU (`sharing`).
+/// ring/parameter-server, nccl on device buffers where ranks share a GPU (`sharing`); and
+/// comm.reduce_dtype = "bf16" with nccl, or with cuda-aware-mpi on device buffers.
 BackendPlan resolve_backend(const CommConfig& cfg, BufferSpace buffers, const MpiCudaSupport& mpi,
                             const BuildCaps& caps = {}, const DeviceSharing& sharing = {});
 

@@ -4,14 +4,20 @@
 #include <fmt/format.h>
 
 #include <climits>
+#include <cstdint>
+#include <memory>
 #include <stdexcept>
+#include <vector>
 
+#include "comm/bf16.hpp"
 #include "comm/communicator.hpp"
 #include "comm/mpi_type.hpp"
 
 namespace tessera {
 
 namespace {
+std::size_t element_bytes(ReduceDtype wire) { return wire == ReduceDtype::bf16 ? 2 : sizeof(float); }
+
 int mpi_count(std::size_t n, const char* what) {
   if (n > static_cast<std::size_t>(INT_MAX))
     throw std::length_error(fmt::format("Communicator::{}: {} elements exceed MPI's int count; use "
@@ -20,13 +26,21 @@ int mpi_count(std::size_t n, const char* what) {
 }
 }  // namespace
 
+void PendingOp::completed() noexcept {
+  if (complete_) {
+    complete_();
+    complete_ = nullptr;
+  }
+  comm::flight_recorder().end(id_);
+  id_ = 0;
+}
+
 void PendingOp::finish() noexcept {
   if (request_ != MPI_REQUEST_NULL) {
     comm::flight_recorder().begin_wait(id_);
     MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
-  comm::flight_recorder().end(id_);
-  id_ = 0;
+  completed();
 }
 
 PendingOp& PendingOp::operator=(PendingOp&& o) noexcept {
@@ -34,8 +48,10 @@ PendingOp& PendingOp::operator=(PendingOp&& o) noexcept {
     finish();
     request_ = o.request_;
     id_ = o.id_;
+    complete_ = std::move(o.complete_);
     o.request_ = MPI_REQUEST_NULL;
     o.id_ = 0;
+    o.complete_ = nullptr;
   }
   return *this;
 }
@@ -46,10 +62,7 @@ bool PendingOp::test() {
   if (request_ == MPI_REQUEST_NULL) return true;
   int flag = 0;
   MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
-  if (flag != 0) {
-    comm::flight_recorder().end(id_);
-    id_ = 0;
-  }
+  if (flag != 0) completed();
   return flag != 0;
 }
 
@@ -58,75 +71,107 @@ void PendingOp::wait() {
     comm::flight_recorder().begin_wait(id_);
     MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
   }
-  comm::flight_recorder().end(id_);
-  id_ = 0;
+  completed();
 }
 
-void Communicator::reduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g) const {
-  const std::uint64_t id = enter("reduce_scatter", g, chunk * sizeof(float) * static_cast<std::size_t>(size(g)), true);
+void Communicator::reduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g,
+                                      ReduceDtype wire) const {
+  const int elements = mpi_count(chunk, "reduce_scatter_sum");
+  const auto p = static_cast<std::size_t>(size(g));
+  const std::uint64_t id = enter("reduce_scatter", g, chunk * element_bytes(wire) * p, true);
   if (id == 0) return;
   const comm::WatchedOp watched(id);
-  MPI_CHECK(MPI_Reduce_scatter_block(send, recv, mpi_count(chunk, "reduce_scatter_sum"), MPI_FLOAT,
-                                     MPI_SUM, handle(g)));
+  count(g, chunk * element_bytes(wire) * p, 0, 0);
+  if (wire == ReduceDtype::fp32) {
+    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, elements, MPI_FLOAT, MPI_SUM, handle(g)));
+    return;
+  }
+  if (scratch_bf16_.size() < chunk * (p + 1)) scratch_bf16_.resize(chunk * (p + 1));
+  std::uint16_t* out = scratch_bf16_.data();
+  std::uint16_t* in = out + chunk * p;
+  comm::encode_bf16(send, out, chunk * p);
+  MPI_CHECK(MPI_Reduce_scatter_block(out, in, elements, bf16_->type(), bf16_->sum(), handle(g)));
+  comm::decode_bf16(in, recv, chunk);
 }
 
 void Communicator::allgather(const float* send, float* recv, std::size_t chunk, Group g) const {
-  const int count = mpi_count(chunk, "allgather");
+  const int elements = mpi_count(chunk, "allgather");
   const bool in_place = send == recv + static_cast<std::size_t>(rank(g)) * chunk;
   const std::uint64_t id = enter("allgather", g, chunk * sizeof(float) * static_cast<std::size_t>(size(g)), true);
   if (id == 0) return;
   const comm::WatchedOp watched(id);
-  MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, count, MPI_FLOAT, recv, count, MPI_FLOAT,
+  count(g, chunk * sizeof(float), 0, 0);
+  MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, elements, MPI_FLOAT, recv, elements, MPI_FLOAT,
                           handle(g)));
 }
 
-PendingOp Communicator::iallreduce_sum(float* data, std::size_t n, Group g) const {
-  const int count = mpi_count(n, "iallreduce_sum");
-  const std::uint64_t id = enter("iallreduce", g, n * sizeof(float), false);
+PendingOp Communicator::iallreduce_sum(float* data, std::size_t n, Group g, ReduceDtype wire) const {
+  const int elements = mpi_count(n, "iallreduce_sum");
+  const std::uint64_t id = enter("iallreduce", g, n * element_bytes(wire), false);
   if (id == 0) return PendingOp();
+  count(g, n * element_bytes(wire), 0, 0);
   MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, MPI_FLOAT, MPI_SUM, handle(g), &r));
-  return PendingOp(r, id);
+  if (wire == ReduceDtype::fp32) {
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, elements, MPI_FLOAT, MPI_SUM, handle(g), &r));
+    return PendingOp(r, id);
+  }
+  // The scratch lives with the op (its heap block never moves); completion writes data.
+  auto scratch = std::make_shared<std::vector<std::uint16_t>>(n);
+  comm::encode_bf16(data, scratch->data(), n);
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, scratch->data(), elements, bf16_->type(), bf16_->sum(), handle(g), &r));
+  return PendingOp(r, id, [scratch, data, n] { comm::decode_bf16(scratch->data(), data, n); });
 }
 
-PendingOp Communicator::ireduce_scatter_sum(const float* send, float* recv, std::size_t chunk,
-                                            Group g) const {
-  const int count = mpi_count(chunk, "ireduce_scatter_sum");
-  const std::uint64_t id = enter("ireduce_scatter", g, chunk * sizeof(float) * static_cast<std::size_t>(size(g)), false);
+PendingOp Communicator::ireduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g,
+                                            ReduceDtype wire) const {
+  const int elements = mpi_count(chunk, "ireduce_scatter_sum");
+  const auto p = static_cast<std::size_t>(size(g));
+  const std::uint64_t id = enter("ireduce_scatter", g, chunk * element_bytes(wire) * p, false);
   if (id == 0) return PendingOp();
+  count(g, chunk * element_bytes(wire) * p, 0, 0);
   MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, handle(g), &r));
-  return PendingOp(r, id);
+  if (wire == ReduceDtype::fp32) {
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, elements, MPI_FLOAT, MPI_SUM, handle(g), &r));
+    return PendingOp(r, id);
+  }
+  // Send part (chunk * p) and receive part (chunk) of one scratch that lives with the op.
+  auto scratch = std::make_shared<std::vector<std::uint16_t>>(chunk * (p + 1));
+  std::uint16_t* in = scratch->data() + chunk * p;
+  comm::encode_bf16(send, scratch->data(), chunk * p);
+  MPI_CHECK(MPI_Ireduce_scatter_block(scratch->data(), in, elements, bf16_->type(), bf16_->sum(), handle(g), &r));
+  return PendingOp(r, id, [scratch, in, recv, chunk] { comm::decode_bf16(in, recv, chunk); });
 }
 
 PendingOp Communicator::iallgather(const float* send, float* recv, std::size_t chunk, Group g) const {
-  const int count = mpi_count(chunk, "iallgather");
+  const int elements = mpi_count(chunk, "iallgather");
   const bool in_place = send == recv + static_cast<std::size_t>(rank(g)) * chunk;
   const std::uint64_t id = enter("iallgather", g, chunk * sizeof(float) * static_cast<std::size_t>(size(g)), false);
   if (id == 0) return PendingOp();
+  count(g, chunk * sizeof(float), 0, 0);
   MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, MPI_FLOAT, recv, count,
+  MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, elements, MPI_FLOAT, recv, elements,
                            MPI_FLOAT, handle(g), &r));
   return PendingOp(r, id);
 }
 
 template <class T>
 PendingOp Communicator::isend_impl(const T* data, std::size_t n, int dest, int tag, Group g) const {
-  const int count = mpi_count(n, "isend");
+  const int elements = mpi_count(n, "isend");
   const std::uint64_t id = comm::flight_recorder().begin_p2p("send", handle(g), world_rank_in(g, dest), dest,
                                                              true, n * sizeof(T), false);
+  count(g, 0, n * sizeof(T), on_other_node(g, dest) ? n * sizeof(T) : 0);
   MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Isend(data, count, mpi_type<T>(), dest, tag, handle(g), &r));
+  MPI_CHECK(MPI_Isend(data, elements, mpi_type<T>(), dest, tag, handle(g), &r));
   return PendingOp(r, id);
 }
 
 template <class T>
 PendingOp Communicator::irecv_impl(T* data, std::size_t n, int source, int tag, Group g) const {
-  const int count = mpi_count(n, "irecv");
+  const int elements = mpi_count(n, "irecv");
   const std::uint64_t id = comm::flight_recorder().begin_p2p("recv", handle(g), world_rank_in(g, source), source,
                                                              false, n * sizeof(T), false);
   MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Irecv(data, count, mpi_type<T>(), source, tag, handle(g), &r));
+  MPI_CHECK(MPI_Irecv(data, elements, mpi_type<T>(), source, tag, handle(g), &r));
   return PendingOp(r, id);
 }
 
@@ -147,10 +192,10 @@ PendingOp Communicator::irecv(double* data, std::size_t n, int source, int tag, 
 }
 
 void Communicator::recv(float* data, std::size_t n, int source, int tag, Group g) const {
-  const int count = mpi_count(n, "recv");
+  const int elements = mpi_count(n, "recv");
   const comm::WatchedOp watched(comm::flight_recorder().begin_p2p(
       "recv", handle(g), world_rank_in(g, source), source, false, n * sizeof(float), true));
-  MPI_CHECK(MPI_Recv(data, count, MPI_FLOAT, source, tag, handle(g), MPI_STATUS_IGNORE));
+  MPI_CHECK(MPI_Recv(data, elements, MPI_FLOAT, source, tag, handle(g), MPI_STATUS_IGNORE));
 }
 
 }  // namespace tessera

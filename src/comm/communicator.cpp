@@ -13,26 +13,12 @@
 #include "comm/device_sharing.hpp"
 #include "comm/mpi_type.hpp"
 #include "comm/nccl_comm.hpp"
-#include "comm/parameter_server.hpp"
-#include "comm/ring_allreduce.hpp"
 #include "core/deck.hpp"
 #include "core/error.hpp"
 
 namespace tessera {
 
 namespace {
-// MPI counts are int; split larger buffers so 2^31 elements and beyond still work.
-constexpr std::size_t max_chunk = static_cast<std::size_t>(INT_MAX);
-
-template <class T>
-void allreduce_chunked(T* data, std::size_t n, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  for (std::size_t done = 0; done < n;) {
-    const std::size_t count = std::min(max_chunk, n - done);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + done, static_cast<int>(count), type, op, comm));
-    done += count;
-  }
-}
-
 /// The weakest run-time answer of any rank of comm, so that every rank plans alike.
 Answer weakest_answer(Answer mine, MPI_Comm comm) {
   auto rank_of = [](Answer a) { return a == Answer::no ? 0 : a == Answer::unknown ? 1 : 2; };
@@ -49,8 +35,11 @@ Communicator::Communicator(MPI_Comm world, int dp, int tp, int pp, const CommCon
 Communicator::Communicator(MPI_Comm world, GridShape grid, const CommConfig& comm, BufferSpace buffers)
     : dp_(grid.dp), tp_(grid.tp), pp_(grid.pp), sp_(grid.sp), mpi_cuda_(detect_mpi_cuda_support()) {
   set_allreduce(comm.allreduce, static_cast<std::size_t>(comm.ring_segment_kb) * 1024);
+  reduce_dtype_ = comm.reduce_dtype;
   // Choose the backend before any communicator exists: a refusal is the same on every rank.
   mpi_cuda_.run_time = weakest_answer(mpi_cuda_.run_time, world);
+  // Before any communicator exists too: a malformed test hook is refused on every rank alike.
+  world_node_ = comm::world_node_ids(world);
   // Which ranks share a GPU matters only to device buffers (NCCL); host runs ask no device.
   const DeviceSharing sharing =
       buffers == BufferSpace::device ? comm::detect_device_sharing(world) : DeviceSharing{};
@@ -75,6 +64,11 @@ Communicator::Communicator(MPI_Comm world, GridShape grid, const CommConfig& com
   MPI_CHECK(MPI_Comm_split(world_, s + sp_ * (t + tp_ * d), p, &pipeline_));
   MPI_CHECK(MPI_Comm_split(world_, t + tp_ * (d + dp_ * p), s, &spatial_));
   if (sp_ > 1) MPI_CHECK(MPI_Comm_split(world_, t + tp_ * p, s + sp_ * d, &replica_));
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_size(node, &node_size_));
+  MPI_CHECK(MPI_Comm_free(&node));
+  bf16_ = std::make_unique<comm::MpiBf16>();
   split_replica_by_node();
   // Every rank reads the same environment, so a malformed test hook fails on every rank alike.
   fault_ = comm::comm_fault_from_environment();
@@ -85,16 +79,8 @@ Communicator::Communicator(MPI_Comm world, GridShape grid, const CommConfig& com
 }
 
 void Communicator::split_replica_by_node() {
-  // The node of each rank: its shared-memory domain (named by its lowest world rank), or (tests)
-  // world rank / k.
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
-  MPI_CHECK(MPI_Comm_size(node, &node_size_));
-  int color = world_rank_;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &color, 1, MPI_INT, MPI_MIN, node));
-  MPI_CHECK(MPI_Comm_free(&node));
-  if (const char* k = std::getenv("TESSERA_TEST_RANKS_PER_NODE"); k != nullptr && std::atoi(k) > 0)
-    color = world_rank_ / std::atoi(k);
+  // The node of each rank as comm/node_split.hpp sees it (TESSERA_TEST_NODE_OF_RANK included).
+  const int color = world_node_[static_cast<std::size_t>(world_rank_)];
   const MPI_Comm replica = handle(Group::replica);
   const int r = rank(Group::replica);
   MPI_CHECK(MPI_Comm_split(replica, color, r, &replica_node_));
@@ -117,6 +103,8 @@ void Communicator::split_replica_by_node() {
 
 Communicator::~Communicator() {
   for (auto& n : nccl_) n.reset();
+  for (auto& split : splits_) split.reset();
+  bf16_.reset();
   for (MPI_Comm* c : {&data_, &tensor_, &pipeline_, &spatial_, &replica_, &replica_node_, &replica_cross_, &world_})
     if (*c != MPI_COMM_NULL) {
       comm::flight_recorder().detach(*c);
@@ -244,101 +232,12 @@ void Communicator::set_allreduce(AllreduceAlgorithm algorithm, std::size_t segme
   segment_bytes_ = std::max<std::size_t>(segment_bytes, 1);
 }
 
-template <class T>
-void Communicator::allreduce_sum_impl(T* data, std::size_t n, Group g, std::vector<T>& scratch) const {
-  if (size(g) == 1 || n == 0) return;
-  const bool on_device = device_pointers_possible_ && comm::device::is_device_pointer(data);
-  switch (on_device ? plan_.device : plan_.host) {
-    case CommBackend::nccl:
-      nccl(g).allreduce_sum(data, n, nullptr);
-      comm::device::synchronize(nullptr);
-      return;
-    case CommBackend::staged:
-      allreduce_sum_staged(data, n, g, on_device, scratch);
-      return;
-    case CommBackend::cuda_aware_mpi:
-      if (on_device && algorithm_ != AllreduceAlgorithm::mpi)
-        throw std::runtime_error(fmt::format(
-            "allreduce_sum: comm.allreduce = \"{}\" adds on the host and was given a device buffer "
-            "with comm.backend = \"cuda-aware-mpi\"; use comm.allreduce = \"mpi\" or comm.backend "
-            "= \"staged\"", to_string(algorithm_)));
-      allreduce_sum_host(data, n, g, scratch);
-      return;
-    case CommBackend::mpi:
-    case CommBackend::automatic:
-      if (on_device)
-        throw std::runtime_error("allreduce_sum: comm.backend = \"mpi\" takes host memory and was "
-                                 "given a device buffer; use comm.backend = \"auto\" or \"staged\"");
-      allreduce_sum_host(data, n, g, scratch);
-      return;
-  }
-}
-
-template <class T>
-void Communicator::allreduce_sum_host(T* data, std::size_t n, Group g, std::vector<T>& scratch) const {
-  const int p = size(g);
-  const std::size_t segment = std::max<std::size_t>(1, segment_bytes_ / sizeof(T));
-  switch (algorithm_) {
-    case AllreduceAlgorithm::mpi:
-      allreduce_chunked(data, n, mpi_type<T>(), MPI_SUM, handle(g));
-      return;
-    case AllreduceAlgorithm::ring: {
-      const std::size_t need = ring_allreduce_scratch(n, p, segment);
-      if (scratch.size() < need) scratch.resize(need);
-      ring_allreduce_sum(data, n, handle(g), segment, scratch.data());
-      return;
-    }
-    case AllreduceAlgorithm::parameter_server: {
-      const std::size_t need = rank(g) == 0 ? parameter_server_scratch(n, segment) : 0;
-      if (scratch.size() < need) scratch.resize(need);
-      parameter_server_allreduce_sum(data, n, handle(g), segment, scratch.data());
-      return;
-    }
-  }
-}
-
-template <class T>
-void Communicator::allreduce_sum_staged(T* data, std::size_t n, Group g, bool on_device,
-                                        std::vector<T>& scratch) const {
-  const std::size_t bytes = n * sizeof(T);
-  T* host = static_cast<T*>(staging_.reserve(bytes));
-  // Copy out, reduce on the host, copy back.
-  if (on_device) comm::device::copy(host, data, bytes);
-  else std::memcpy(host, data, bytes);
-  allreduce_sum_host(host, n, g, scratch);
-  if (on_device) comm::device::copy(data, host, bytes);
-  else std::memcpy(data, host, bytes);
-}
-
-void Communicator::allreduce_sum(float* data, std::size_t n, Group g) const {
-  if (size(g) == 1 || n == 0) return;
-  const std::uint64_t id = enter("allreduce", g, n * sizeof(float), true);
-  if (id == 0) return;
-  const comm::WatchedOp watched(id);
-  allreduce_sum_impl(data, n, g, scratch_float_);
-}
-
-void Communicator::allreduce_sum(double* data, std::size_t n, Group g) const {
-  if (size(g) == 1 || n == 0) return;
-  const std::uint64_t id = enter("allreduce", g, n * sizeof(double), true);
-  if (id == 0) return;
-  const comm::WatchedOp watched(id);
-  allreduce_sum_impl(data, n, g, scratch_double_);
-}
-
-void Communicator::allreduce_max(double* data, std::size_t n, Group g) const {
-  if (size(g) == 1) return;
-  const std::uint64_t id = enter("allreduce_max", g, n * sizeof(double), true);
-  if (id == 0) return;
-  const comm::WatchedOp watched(id);
-  allreduce_chunked(data, n, MPI_DOUBLE, MPI_MAX, handle(g));
-}
-
 void Communicator::broadcast(std::string& s, int root, Group g) const {
   if (size(g) == 1) return;
   const std::uint64_t id = enter("broadcast", g, rank(g) == root ? s.size() : 0, true, root);
   if (id == 0) return;
   const comm::WatchedOp watched(id);
+  count(g, rank(g) == root ? s.size() : 0, 0, 0);
   unsigned long long len = s.size();
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, root, handle(g)));
   s.resize(len);
@@ -355,6 +254,7 @@ std::vector<std::string> Communicator::allgather_strings(const std::string& s, G
   if (s.size() > static_cast<std::size_t>(INT_MAX))
     throw std::length_error("Communicator::allgather_strings: a string beyond 2 GiB");
   const int mine = static_cast<int>(s.size());
+  count(g, s.size(), 0, 0);
   std::vector<int> lengths(static_cast<std::size_t>(n)), offsets(static_cast<std::size_t>(n), 0);
   MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, handle(g)));
   long long total = 0;
@@ -378,8 +278,9 @@ std::vector<std::uint64_t> Communicator::allgather_u64(const std::vector<std::ui
   if (id == 0) return all;
   const comm::WatchedOp watched(id);
   if (mine.size() > static_cast<std::size_t>(INT_MAX)) throw std::length_error("Communicator::allgather_u64: too long");
-  const int count = static_cast<int>(mine.size());
-  MPI_CHECK(MPI_Allgather(mine.data(), count, MPI_UINT64_T, all.data(), count, MPI_UINT64_T, handle(g)));
+  const int elements = static_cast<int>(mine.size());
+  count(g, mine.size() * sizeof(std::uint64_t), 0, 0);
+  MPI_CHECK(MPI_Allgather(mine.data(), elements, MPI_UINT64_T, all.data(), elements, MPI_UINT64_T, handle(g)));
   return all;
 }
 
@@ -387,7 +288,57 @@ void Communicator::barrier(Group g) const {
   const std::uint64_t id = enter("barrier", g, 0, true);
   if (id == 0) return;
   const comm::WatchedOp watched(id);
+  count(g, 0, 0, 0);
   MPI_CHECK(MPI_Barrier(handle(g)));
+}
+
+void Communicator::count(Group g, std::uint64_t collective, std::uint64_t point_to_point,
+                         std::uint64_t to_other_nodes) const {
+  auto& c = counts_[static_cast<std::size_t>(g)];
+  c[0].fetch_add(1, std::memory_order_relaxed);
+  c[1].fetch_add(collective, std::memory_order_relaxed);
+  c[2].fetch_add(point_to_point, std::memory_order_relaxed);
+  c[3].fetch_add(to_other_nodes, std::memory_order_relaxed);
+}
+
+CommCounters Communicator::counters() const {
+  CommCounters out;
+  for (std::size_t g = 0; g < counts_.size(); ++g) {
+    const auto& c = counts_[g];
+    out.groups[g] = CommBytes{c[0].load(std::memory_order_relaxed), c[1].load(std::memory_order_relaxed),
+                              c[2].load(std::memory_order_relaxed), c[3].load(std::memory_order_relaxed)};
+  }
+  return out;
+}
+
+void Communicator::reset_counters() const {
+  for (auto& c : counts_)
+    for (auto& field : c) field.store(0, std::memory_order_relaxed);
+}
+
+CommBytes CommCounters::total() const {
+  CommBytes t;
+  for (const CommBytes& b : groups) {
+    t.calls += b.calls;
+    t.collective += b.collective;
+    t.point_to_point += b.point_to_point;
+    t.to_other_nodes += b.to_other_nodes;
+  }
+  return t;
+}
+
+bool Communicator::on_other_node(Group g, int r) const {
+  return node_id_of_world_rank(world_rank_in(g, r)) != node_id_of_world_rank(world_rank_);
+}
+
+const comm::NodeSplit& Communicator::node_split(Group g) const {
+  auto& slot = splits_[static_cast<std::size_t>(g)];
+  if (!slot) {
+    std::vector<int> ids;
+    for (const int w : members(g)) ids.push_back(node_id_of_world_rank(w));
+    slot = std::make_unique<comm::NodeSplit>(comm::split_by_node(handle(g), ids));
+  }
+  return *slot;
 }
 
 comm::NcclComm& Communicator::nccl(Group g) const {

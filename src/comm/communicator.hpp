@@ -16,11 +16,23 @@
 // Every collective and transfer is recorded in the flight recorder (comm/flight_recorder.hpp:
 // operation, group, peer, bytes, sequence number, start and end), which the watchdog
 // (comm/watchdog.hpp) watches: a rank blocked in one longer than comm.timeout_s ends the run.
+// Every one is also counted, in bytes per group (counters(), CommBytes says what counts).
+//
+// The gradient exchange's calls for the lead's wiring:
+//   allreduce_sum(grad, n, Group::replica, comm.reduce_dtype())     blocking, comm.allreduce's algorithm
+//   iallreduce_sum(grad, n, Group::replica, comm.reduce_dtype())    nonblocking, MPI's algorithm
+//   reduce_scatter_sum / ireduce_scatter_sum(..., comm.reduce_dtype())   ZeRO
+//   node_split(Group::replica)   hybrid sharding: shard over node_comm, replicate over cross_comm
+// With ReduceDtype::bf16 the fp32 buffers are rounded to bf16 on the way out, summed with an fp32
+// addition at each step, and the (bf16) sums written back as fp32: half the bytes, bitwise the
+// same on every rank; a nonblocking call writes its result when wait() or test() completes it.
 #include <mpi.h>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,8 +40,10 @@
 #include "comm/backend.hpp"
 #include "comm/fault_hook.hpp"
 #include "comm/flight_recorder.hpp"
+#include "comm/mpi_bf16.hpp"
 #include "comm/mpi_check.hpp"
 #include "comm/mpi_cuda_support.hpp"
+#include "comm/node_split.hpp"
 #include "comm/staging_buffer.hpp"
 #include "core/config.hpp"
 
@@ -43,10 +57,11 @@ class NcclComm;
 /// state over them); replica_cross: the ranks of its replica group with its index in
 /// replica_node, one per node (they hold the same shard and sum it across nodes). A node is
 /// MPI's shared-memory domain (MPI_Comm_split_type), or, for tests on one machine,
-/// TESSERA_TEST_RANKS_PER_NODE=k consecutive world ranks.
+/// TESSERA_TEST_NODE_OF_RANK=k consecutive world ranks (comm/node_split.hpp).
 enum class Group { world, data, tensor, pipeline, spatial, replica, replica_node, replica_cross };
 
-/// "world", "data", "tensor", "pipeline", "spatial", "replica" (a string literal).
+/// "world", "data", "tensor", "pipeline", "spatial", "replica", "replica_node", "replica_cross"
+/// (a string literal).
 const char* group_name(Group g);
 
 /// Coordinates of one rank in the grid.
@@ -64,14 +79,20 @@ struct GridShape {
 
 /// \brief A nonblocking collective in flight. Its buffers must stay untouched until it is done.
 /// Move-only; destroying one still in flight waits for it. `id` is its flight-recorder entry:
-/// its end is recorded when it completes, and the watchdog watches waits on it.
+/// its end is recorded when it completes, and the watchdog watches waits on it. `complete` is
+/// run once when the request completes (in wait(), in the test() that sees it done, or in the
+/// destructor or move-assignment that waits for it), before the op counts as done: a bf16 sum
+/// owns its scratch through it and writes the caller's fp32 buffer there. It must not throw.
 class PendingOp {
  public:
   PendingOp() = default;
-  explicit PendingOp(MPI_Request r, std::uint64_t id = 0) : request_(r), id_(id) {}
-  PendingOp(PendingOp&& o) noexcept : request_(o.request_), id_(o.id_) {
+  explicit PendingOp(MPI_Request r, std::uint64_t id = 0, std::function<void()> complete = {})
+      : request_(r), id_(id), complete_(std::move(complete)) {}
+  PendingOp(PendingOp&& o) noexcept
+      : request_(o.request_), id_(o.id_), complete_(std::move(o.complete_)) {
     o.request_ = MPI_REQUEST_NULL;
     o.id_ = 0;
+    o.complete_ = nullptr;
   }
   PendingOp& operator=(PendingOp&& o) noexcept;
   PendingOp(const PendingOp&) = delete;
@@ -86,8 +107,40 @@ class PendingOp {
 
  private:
   void finish() noexcept;  ///< waits, unchecked (destructor, move-assignment)
+  void completed() noexcept;  ///< the request is done: run complete_ once, record the end
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::uint64_t id_ = 0;
+  std::function<void()> complete_;
+};
+
+/// \brief Bytes this rank handed to one group's communication (Communicator::counters()).
+///
+/// What counts is the logical payload this rank contributes, never MPI's internal traffic:
+///   - MPI's own collectives: the payload of the call in its wire type: allreduce n elements,
+///     reduce-scatter chunk * size(g) (the send buffer), allgather chunk (this rank's part),
+///     broadcast the message on the root only (0 elsewhere), barrier 0. With bf16 an element is 2
+///     bytes, so the same call counts half.
+///   - our own algorithms (ring, parameter-server, hierarchical): the bytes of the messages this
+///     rank itself sends (a ring allreduce of B bytes over p ranks: about 2(p-1)/p B; the
+///     parameter server's broadcast counts on rank 0 as MPI's collective would).
+///   - point-to-point: isend's n elements; receives count nothing.
+/// `to_other_nodes` is the part that this rank itself sent to a rank on another node (nodes as
+/// node_split() sees them): known for our own algorithms' messages and isend; MPI's own
+/// collectives and broadcasts route inside the library and are never counted there.
+struct CommBytes {
+  std::uint64_t calls = 0;           ///< collectives and sends counted
+  std::uint64_t collective = 0;      ///< bytes handed to collectives
+  std::uint64_t point_to_point = 0;  ///< bytes of sends
+  std::uint64_t to_other_nodes = 0;  ///< of both, bytes this rank sent to another node's ranks
+  std::uint64_t total() const { return collective + point_to_point; }
+};
+
+/// \brief The counts of every group since the Communicator was built or reset_counters().
+struct CommCounters {
+  std::array<CommBytes, 8> groups{};  ///< by Group
+  const CommBytes& operator[](Group g) const { return groups[static_cast<std::size_t>(g)]; }
+  /// Every group's counts added up.
+  CommBytes total() const;
 };
 
 class Communicator {
@@ -132,9 +185,12 @@ class Communicator {
   std::string layout(int zero) const;
 
   /// \brief Picks the algorithm of allreduce_sum from now on; every rank must pick the same.
-  /// \param segment_bytes  ring and parameter-server: bytes per point-to-point message
+  /// \param segment_bytes  ring, parameter-server and hierarchical: bytes per point-to-point
+  ///                       message (of the wire type)
   void set_allreduce(AllreduceAlgorithm algorithm, std::size_t segment_bytes);
   AllreduceAlgorithm allreduce_algorithm() const { return algorithm_; }
+  /// The deck's comm.reduce_dtype, for the gradient exchange to pass to the calls below.
+  ReduceDtype reduce_dtype() const { return reduce_dtype_; }
 
   /// \brief Sums `n` values in place over group g with the chosen algorithm (set_allreduce)
   /// and backend (backend()). Must be called on every rank of the group with the same n, on
@@ -142,19 +198,44 @@ class Communicator {
   /// it must be finished (fence the execution space first); it is written when the call returns.
   /// Every algorithm leaves bitwise the same values on every rank; they differ from each other
   /// only by the order of the sums; staging changes nothing in the sums.
-  void allreduce_sum(float* data, std::size_t n, Group g) const;
+  /// \param wire  ReduceDtype::bf16: the values travel as bf16 (rounded to nearest even), every
+  ///              addition is an fp32 addition of the partial sums, the bf16 result is written
+  ///              back as fp32 (mpi: MPI's allreduce with Tessera's bf16 MPI_Op, comm/mpi_bf16.hpp;
+  ///              ring, parameter-server, hierarchical: bf16 in their own messages). Not on
+  ///              device buffers with the nccl or cuda-aware-mpi backend (std::runtime_error).
+  void allreduce_sum(float* data, std::size_t n, Group g, ReduceDtype wire = ReduceDtype::fp32) const;
   void allreduce_sum(double* data, std::size_t n, Group g) const;
   /// \brief Reduce-scatter of a sum (MPI's own algorithm): send holds chunk * size(g) values,
-  /// recv gets this rank's chunk of the sum (the rank(g)-th). Collective over the group.
-  void reduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g) const;
+  /// recv gets this rank's chunk of the sum (the rank(g)-th). Collective over the group. Host
+  /// memory with `wire` = bf16 (as allreduce_sum; send is left untouched).
+  void reduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g,
+                          ReduceDtype wire = ReduceDtype::fp32) const;
   /// \brief Allgather: recv (chunk * size(g)) gets every rank's chunk in rank order; send may
   /// be recv + rank(g) * chunk (in place). Collective over the group.
   void allgather(const float* send, float* recv, std::size_t chunk, Group g) const;
   /// \brief Nonblocking forms of allreduce_sum (always MPI's own algorithm), reduce_scatter_sum and
   /// allgather. Every rank of the group must start the same operations in the same order.
-  PendingOp iallreduce_sum(float* data, std::size_t n, Group g) const;
-  PendingOp ireduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g) const;
+  /// With `wire` = bf16 (host memory) the op owns the bf16 scratch and writes data / recv when
+  /// it completes (wait(), test()); until then they hold what they held.
+  PendingOp iallreduce_sum(float* data, std::size_t n, Group g, ReduceDtype wire = ReduceDtype::fp32) const;
+  PendingOp ireduce_scatter_sum(const float* send, float* recv, std::size_t chunk, Group g,
+                                ReduceDtype wire = ReduceDtype::fp32) const;
   PendingOp iallgather(const float* send, float* recv, std::size_t chunk, Group g) const;
+
+  /// \brief The bytes this rank handed to each group's collectives and sends (CommBytes says
+  /// exactly what counts) since construction or the last reset_counters(). Thread-safe.
+  CommCounters counters() const;
+  void reset_counters() const;
+
+  /// \brief Group g seen as nodes (comm/node_split.hpp): which node each rank of g is on, how
+  /// many of g's ranks each node holds, and two communicators owned by this Communicator:
+  /// node_comm, this rank's node's part of g (e.g. shard a model within a node), and cross_comm,
+  /// the ranks of g with this rank's local index, one per node (replicate across nodes). Nodes
+  /// are the shared-memory domains (or TESSERA_TEST_NODE_OF_RANK's fake ones). Collective over g
+  /// on the first call for g (the hierarchical allreduce makes that call itself); cached after.
+  const comm::NodeSplit& node_split(Group g) const;
+  /// Node id (its lowest world rank) of world rank r, as node_split() sees nodes.
+  int node_id_of_world_rank(int r) const { return world_node_[static_cast<std::size_t>(r)]; }
 
   /// \brief Point-to-point within group g (pipeline stages pass activations and gradients,
   /// spatial neighbours their halos): nonblocking sends and receives and a blocking receive of n
@@ -206,6 +287,17 @@ class Communicator {
   // allocates nothing once the buffer has been seen.
   mutable std::vector<float> scratch_float_;
   mutable std::vector<double> scratch_double_;
+  mutable std::vector<std::uint16_t> scratch_bf16_;  ///< bf16 wire: our algorithms' and MPI's
+  ReduceDtype reduce_dtype_ = ReduceDtype::fp32;
+  std::unique_ptr<comm::MpiBf16> bf16_;  ///< the bf16 datatype and sum of MPI's collectives
+  std::vector<int> world_node_;          ///< node id of every world rank (comm/node_split.hpp)
+  mutable std::array<std::unique_ptr<comm::NodeSplit>, 8> splits_;  ///< by Group, on first use
+  /// CommBytes of every group, field by field (calls, collective, point_to_point, to_other_nodes).
+  mutable std::array<std::array<std::atomic<std::uint64_t>, 4>, 8> counts_{};
+  /// Adds one call's bytes to group g's counters.
+  void count(Group g, std::uint64_t collective, std::uint64_t point_to_point, std::uint64_t to_other_nodes) const;
+  /// True where rank r of group g is on another node than this rank.
+  bool on_other_node(Group g, int r) const;
   BackendPlan plan_;
   MpiCudaSupport mpi_cuda_;
   bool device_pointers_possible_ = false;  ///< a CUDA device is visible: classify each buffer
@@ -220,11 +312,17 @@ class Communicator {
   /// True when the test hook names this rank and g's next operation.
   bool fault_at(Group g) const;
   template <class T>
-  void allreduce_sum_impl(T* data, std::size_t n, Group g, std::vector<T>& scratch) const;
+  void allreduce_sum_impl(T* data, std::size_t n, Group g, ReduceDtype wire, std::vector<T>& scratch) const;
   template <class T>
-  void allreduce_sum_host(T* data, std::size_t n, Group g, std::vector<T>& scratch) const;
+  void allreduce_sum_host(T* data, std::size_t n, Group g, ReduceDtype wire, std::vector<T>& scratch) const;
+  /// Our own algorithms (ring, parameter-server, hierarchical) with wire type W; counts the bytes.
+  template <class T, class W>
+  void allreduce_sum_own(T* data, std::size_t n, Group g, std::vector<W>& scratch) const;
+  /// MPI's allreduce of bf16 values with the bf16 MPI_Op.
+  void allreduce_sum_mpi_bf16(float* data, std::size_t n, Group g) const;
   template <class T>
-  void allreduce_sum_staged(T* data, std::size_t n, Group g, bool on_device, std::vector<T>& scratch) const;
+  void allreduce_sum_staged(T* data, std::size_t n, Group g, ReduceDtype wire, bool on_device,
+                            std::vector<T>& scratch) const;
   template <class T>
   PendingOp isend_impl(const T* data, std::size_t n, int dest, int tag, Group g) const;
   template <class T>

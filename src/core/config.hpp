@@ -19,7 +19,9 @@ enum class PipelineSchedule { gpipe, one_f_one_b };
 /// parallel.zero_group: the ranks ZeRO spreads the state over (the whole replica group, or its ranks
 /// on one node: hybrid sharding, replicated across nodes).
 enum class ZeroGroup { replica, node };
-enum class AllreduceAlgorithm { mpi, ring, parameter_server };
+enum class AllreduceAlgorithm { mpi, ring, parameter_server, hierarchical };
+/// The element type gradient sums travel in (comm.reduce_dtype); sums accumulate in fp32 either way.
+enum class ReduceDtype { fp32, bf16 };
 /// How bytes travel (comm/backend.hpp): automatic picks from the buffers' memory and the build.
 enum class CommBackend { automatic, mpi, cuda_aware_mpi, staged, nccl };
 
@@ -140,6 +142,7 @@ struct CommConfig {
   bool overlap = false;        ///< start a full bucket's exchange while backward goes on
   bool no_sync = true;         ///< micro-batches: exchange once per step, not per micro-batch
   CommBackend backend = CommBackend::automatic;
+  ReduceDtype reduce_dtype = ReduceDtype::fp32;  ///< wire type of the gradient sums (bf16 halves the bytes)
   double timeout_s = 600.0;    ///< a rank blocked this long in one operation ends the run (exit 5)
 
   bool operator==(const CommConfig&) const = default;

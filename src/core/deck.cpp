@@ -350,5 +350,6 @@ std::string_view to_string(PipelineSchedule v) { return name_in(deck::kPipelineS
 std::string_view to_string(ZeroGroup v) { return name_in(deck::kZeroGroups, v); }
 std::string_view to_string(AllreduceAlgorithm v) { return name_in(deck::kAllreduceAlgorithms, v); }
 std::string_view to_string(CommBackend v) { return name_in(deck::kCommBackends, v); }
+std::string_view to_string(ReduceDtype v) { return name_in(deck::kReduceDtypes, v); }
 
 }  // namespace tessera

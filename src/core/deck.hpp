@@ -53,5 +53,6 @@ std::string_view to_string(PipelineSchedule v);
 std::string_view to_string(ZeroGroup v);
 std::string_view to_string(AllreduceAlgorithm v);
 std::string_view to_string(CommBackend v);
+std::string_view to_string(ReduceDtype v);
 
 }  // namespace tessera

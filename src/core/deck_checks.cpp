@@ -78,6 +78,11 @@ void check_combinations(Config& cfg, const Origins& origins) {
                      "allreduce; set comm.allreduce = \"mpi\" (the library's own), or "
                      "comm.backend = \"staged\" to run \"{}\" on host copies",
                      to_string(c.allreduce), to_string(c.allreduce)));
+  if (c.backend == CommBackend::nccl && c.reduce_dtype != ReduceDtype::fp32)
+    fail(where_of(cfg, origins, {"comm.reduce_dtype", "comm.backend"}), "comm.reduce_dtype",
+         fmt::format("\"{}\" with comm.backend = \"nccl\": the conversion runs on the host; set "
+                     "comm.reduce_dtype = \"fp32\", or comm.backend = \"staged\"",
+                     to_string(c.reduce_dtype)));
 }
 
 }  // namespace deck

@@ -213,12 +213,13 @@ std::vector<KeySpec> build_schema() {
     checkpoint.flag<&C::at_end>("at_end", "write a checkpoint at the end of training"),
     checkpoint.flag<&C::async>("async", "copy the checkpoint to host memory at the step and write it in the background while training goes on"),
 
-    comm.choice<&CommConfig::allreduce>("allreduce", kAllreduceAlgorithms, "gradient allreduce algorithm: mpi (MPI_Allreduce), ring (reduce-scatter + allgather), parameter-server (through rank 0)"),
+    comm.choice<&CommConfig::allreduce>("allreduce", kAllreduceAlgorithms, "gradient allreduce algorithm: mpi (MPI_Allreduce), ring (reduce-scatter + allgather), parameter-server (through rank 0), hierarchical (reduce-scatter inside each node, allreduce of each shard across nodes, allgather inside the node)"),
     comm.key<&CommConfig::ring_segment_kb>("ring_segment_kb", closed(1, 1 << 20), "ring and parameter-server: KiB per point-to-point message, so large buffers pipeline"),
     comm.key<&CommConfig::bucket_mb>("bucket_mb", open_closed(0, 1 << 20), "gradient bucket size in MB (whole layers, filled from the last layer backwards); the unit of exchange and of ZeRO-3 gathering"),
     comm.flag<&CommConfig::overlap>("overlap", "start each full bucket's exchange (nonblocking, MPI's own algorithm) while backward continues"),
     comm.flag<&CommConfig::no_sync>("no_sync", "with micro_batches > 1 and zero <= 1: accumulate locally and exchange once per step; false: exchange every micro-batch"),
     comm.choice<&CommConfig::backend>("backend", kCommBackends, "how buffers travel: auto (host memory: mpi; device memory: nccl if built, else cuda-aware-mpi if MPI says so, else staged), mpi, cuda-aware-mpi (device pointers to MPI), staged (through a pinned host buffer), nccl"),
+    comm.choice<&CommConfig::reduce_dtype>("reduce_dtype", kReduceDtypes, "element type the gradient sums travel in: fp32, or bf16 (each rank's values rounded to bf16, sums accumulated in fp32 at each addition and sent as bf16: half the bytes, about 3 significant digits)"),
     comm.key<&CommConfig::timeout_s>("timeout_s", above(0), "seconds a rank may wait in one collective, transfer or collective file operation before it ends the run with exit code 5 and a flight record (a peer died or hangs)"),
   };
   // clang-format on

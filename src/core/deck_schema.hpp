@@ -96,7 +96,9 @@ inline constexpr Choice<ZeroGroup> kZeroGroups[] = {{"data", ZeroGroup::replica}
 inline constexpr Choice<AllreduceAlgorithm> kAllreduceAlgorithms[] = {
     {"mpi", AllreduceAlgorithm::mpi},
     {"ring", AllreduceAlgorithm::ring},
-    {"parameter-server", AllreduceAlgorithm::parameter_server}};
+    {"parameter-server", AllreduceAlgorithm::parameter_server},
+    {"hierarchical", AllreduceAlgorithm::hierarchical}};
+inline constexpr Choice<ReduceDtype> kReduceDtypes[] = {{"fp32", ReduceDtype::fp32}, {"bf16", ReduceDtype::bf16}};
 inline constexpr Choice<CommBackend> kCommBackends[] = {
     {"auto", CommBackend::automatic},
     {"mpi", CommBackend::mpi},

@@ -143,12 +143,13 @@ void DataParallel::start_exchange(std::size_t b, bool blocking) {
   s.exchanging = true;
   s.across_pending = e.across_nodes;
   last_started_ = b;
+  const ReduceDtype wire = comm_.reduce_dtype();  // comm.reduce_dtype: bf16 halves the bytes
   if (!e.scatter) {
-    if (blocking || blocking_allreduce_) comm_.allreduce_sum(e.send, e.length, g);
-    else s.op = comm_.iallreduce_sum(e.send, e.length, g);
+    if (blocking || blocking_allreduce_) comm_.allreduce_sum(e.send, e.length, g, wire);
+    else s.op = comm_.iallreduce_sum(e.send, e.length, g, wire);
   } else {
-    if (blocking) comm_.reduce_scatter_sum(e.send, e.recv, e.chunk, g);
-    else s.op = comm_.ireduce_scatter_sum(e.send, e.recv, e.chunk, g);
+    if (blocking) comm_.reduce_scatter_sum(e.send, e.recv, e.chunk, g, wire);
+    else s.op = comm_.ireduce_scatter_sum(e.send, e.recv, e.chunk, g, wire);
   }
   if (blocking || (!e.scatter && blocking_allreduce_)) complete(b);
 }
@@ -162,7 +163,7 @@ void DataParallel::advance(std::size_t b, bool wait) {
       // The node's sum of this rank's chunk is in; now the same chunk of every node's.
       s.across_pending = false;
       const Sharding::Exchange e = sharding_.exchange(b);
-      s.op = comm_.iallreduce_sum(e.recv, e.chunk, Group::replica_cross);
+      s.op = comm_.iallreduce_sum(e.recv, e.chunk, Group::replica_cross, comm_.reduce_dtype());
       continue;
     }
     s.exchanging = false;

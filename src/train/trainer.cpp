@@ -541,7 +541,14 @@ ExitCode Trainer::run() {
         sampler_->global_batch(state_.epoch, state_.batch_in_epoch).size());
     const double t0 = StepTimer::now();
     const nn::HaloStats halo_before = model_->halo() ? model_->halo()->stats() : nn::HaloStats{};
+    const CommCounters comm_before = comm_.counters();
     last_loss_ = train_step(lr);
+    const CommCounters comm_after = comm_.counters();
+    for (std::size_t g = 0; g < comm_after.groups.size(); ++g) {
+      comm_train_[g][0] += static_cast<double>(comm_after.groups[g].total() - comm_before.groups[g].total());
+      comm_train_[g][1] += static_cast<double>(comm_after.groups[g].to_other_nodes - comm_before.groups[g].to_other_nodes);
+    }
+    ++comm_steps_;
     const double dt = StepTimer::now() - t0;
     if (model_->halo()) {
       halo_train_ += model_->halo()->stats() - halo_before;
@@ -616,6 +623,26 @@ nlohmann::json Trainer::summary(const std::string& status) const {
                  {"wait_s_per_step", per_step(halo_train_.wait_seconds)},
                  {"overlap", cfg_.parallel.halo_overlap},
                  {"rank", comm_.rank()}};
+  }
+  {
+    // The bytes every rank handed to each group's communication per training step of this run
+    // (the communicator's counters, comm/communicator.hpp CommBytes), summed over the ranks, and
+    // the part the senders know went to another node (our own algorithms and sends only).
+    std::vector<double> bytes;
+    for (const auto& g : comm_train_) bytes.insert(bytes.end(), g.begin(), g.end());
+    comm_.allreduce_sum(bytes.data(), bytes.size(), Group::world);
+    const double steps = std::max<double>(1.0, static_cast<double>(comm_steps_));
+    nlohmann::json by_group, total = 0.0, other = 0.0;
+    for (std::size_t g = 0; g < comm_train_.size(); ++g) {
+      if (bytes[2 * g] == 0.0) continue;
+      by_group[group_name(static_cast<Group>(g))] = bytes[2 * g] / steps;
+      total = total.get<double>() + bytes[2 * g] / steps;
+      other = other.get<double>() + bytes[2 * g + 1] / steps;
+    }
+    j["comm"] = {{"bytes_per_step", total}, {"bytes_per_step_by_group", by_group},
+                 {"bytes_to_other_nodes_per_step", other},
+                 {"allreduce", std::string(to_string(cfg_.comm.allreduce))},
+                 {"reduce_dtype", std::string(to_string(cfg_.comm.reduce_dtype))}};
   }
   j["samples_per_s"] = total_step_seconds_ > 0
                            ? static_cast<double>(total_samples_timed_) / total_step_seconds_ : 0.0;

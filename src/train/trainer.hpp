@@ -1,5 +1,6 @@
 #pragma once
 // Data-parallel training of one deck: the step loop, evaluation, logging and checkpoints.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -125,6 +126,10 @@ class Trainer {
   Matrix<float> inputs_, targets_;
   Vector<std::int32_t> labels_;
 
+  // Bytes handed to each group's communication during this run's training steps (by Group: total,
+  // to other nodes), and the steps counted.
+  std::array<std::array<double, 2>, 8> comm_train_{};
+  std::int64_t comm_steps_ = 0;
   nn::HaloStats halo_train_;       // halo exchanges of this run's training steps (spatial models)
   std::int64_t halo_steps_ = 0;
   StepTimer timer_;

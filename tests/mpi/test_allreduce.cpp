@@ -1,4 +1,4 @@
-// Every allreduce algorithm (mpi, ring, parameter-server) on 1, 2 and 4 ranks against a reference
+// Every allreduce algorithm (mpi, ring, parameter-server, hierarchical) on 1, 2 and 4 ranks against a reference
 // sum in double of data that is a pure function of (seed, rank, index), for lengths that do not
 // divide by the rank count, float and double, large and tiny ring segments; and every rank of a
 // group must end with bitwise the same result.
@@ -43,6 +43,7 @@ const char* name(AllreduceAlgorithm a) {
     case AllreduceAlgorithm::mpi: return "mpi";
     case AllreduceAlgorithm::ring: return "ring";
     case AllreduceAlgorithm::parameter_server: return "parameter-server";
+    case AllreduceAlgorithm::hierarchical: return "hierarchical";
   }
   return "?";
 }
@@ -80,8 +81,10 @@ void check_sum(Communicator& c, AllreduceAlgorithm a, std::size_t segment_bytes,
 }
 
 const std::vector<std::size_t> kLengths = {0, 1, 3, 7, 1000, 4099, std::size_t{1} << 20};
+// hierarchical on one machine is one node: a ring inside it (tests/mpi/test_hierarchical.cpp
+// splits the ranks into fake nodes).
 const AllreduceAlgorithm kAlgorithms[] = {AllreduceAlgorithm::mpi, AllreduceAlgorithm::ring,
-                                          AllreduceAlgorithm::parameter_server};
+                                          AllreduceAlgorithm::parameter_server, AllreduceAlgorithm::hierarchical};
 
 template <class T>
 void check_all(Communicator& c, std::size_t max_small) {

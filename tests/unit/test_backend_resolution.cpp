@@ -102,11 +102,28 @@ TEST(CommBackend, NcclIsRefusedWhereRanksShareAGpu) {
 }
 
 TEST(CommBackend, AutoStagesWhenTheAlgorithmAddsOnTheHost) {
-  for (const AllreduceAlgorithm alg : {AllreduceAlgorithm::ring, AllreduceAlgorithm::parameter_server}) {
+  for (const AllreduceAlgorithm alg :
+       {AllreduceAlgorithm::ring, AllreduceAlgorithm::parameter_server, AllreduceAlgorithm::hierarchical}) {
     const BackendPlan p = resolve_backend(config(CommBackend::automatic, alg), kDevice, mpi(Answer::yes), kCudaNccl);
     EXPECT_EQ(p.device, CommBackend::staged);
     EXPECT_NE(p.reason.find("adds on the host"), std::string::npos) << p.reason;
   }
+}
+
+TEST(CommBackend, Bf16WireConvertsOnTheHost) {
+  CommConfig bf16 = config(CommBackend::automatic);
+  bf16.reduce_dtype = ReduceDtype::bf16;
+  const BackendPlan p = resolve_backend(bf16, kDevice, mpi(Answer::yes), kCudaNccl);
+  EXPECT_EQ(p.device, CommBackend::staged);
+  EXPECT_NE(p.reason.find("comm.reduce_dtype = \"bf16\" converts on the host"), std::string::npos) << p.reason;
+  EXPECT_EQ(resolve_backend(bf16, kHost, mpi(Answer::no), kCpuOnly).main(), CommBackend::mpi);
+  bf16.backend = CommBackend::nccl;
+  expect_refused(bf16, kDevice, mpi(Answer::no), kCudaNccl, "comm.reduce_dtype", {"\"bf16\"", "\"staged\""});
+  bf16.backend = CommBackend::cuda_aware_mpi;
+  expect_refused(bf16, kDevice, mpi(Answer::yes), kCudaNccl, "comm.reduce_dtype", {"\"bf16\"", "\"fp32\""});
+  EXPECT_EQ(resolve_backend(bf16, kHost, mpi(Answer::yes), kCudaNccl).main(), CommBackend::mpi);
+  bf16.backend = CommBackend::staged;
+  EXPECT_EQ(resolve_backend(bf16, kDevice, mpi(Answer::no), kCudaNccl).device, CommBackend::staged);
 }
 
 TEST(CommBackend, NcclWithoutNcclBuiltIsAnError) {

@@ -227,7 +227,7 @@ TEST(DeckErrors, WrongTypes) {
   expect_deck_error("[schedule]\nkind = \"linear\"\n", 2, {"schedule.kind", "\"constant\", \"cosine\", \"step\""});
   expect_deck_error("[parallel]\nschedule = \"zb\"\n", 2, {"parallel.schedule", "\"gpipe\", \"1f1b\""});
   expect_deck_error("[comm]\nallreduce = \"tree\"\n", 2,
-                    {"comm.allreduce", "\"mpi\", \"ring\", \"parameter-server\""});
+                    {"comm.allreduce", "\"mpi\", \"ring\", \"parameter-server\", \"hierarchical\""});
   expect_deck_error("[comm]\nring_segment_kb = 0\n", 2, {"comm.ring_segment_kb: 0 is out of range"});
   expect_deck_error("[model]\nkind = 1\n", 2, {"model.kind: expected a name, got an integer 1", "\"mlp\""});
 
@@ -237,6 +237,15 @@ TEST(DeckErrors, WrongTypes) {
   EXPECT_EQ(ps.comm.ring_segment_kb, 64);
   EXPECT_EQ(load_deck(write_deck("ring.toml", "[comm]\nallreduce = \"ring\"\n"), {}).comm.allreduce,
             tessera::AllreduceAlgorithm::ring);
+  EXPECT_EQ(load_deck(write_deck("hier.toml", "[comm]\nallreduce = \"hierarchical\"\n"), {}).comm.allreduce,
+            tessera::AllreduceAlgorithm::hierarchical);
+  // The wire type of the gradient sums.
+  EXPECT_EQ(load_deck(write_deck("fp32.toml", ""), {}).comm.reduce_dtype, tessera::ReduceDtype::fp32);
+  EXPECT_EQ(load_deck(write_deck("bf16.toml", "[comm]\nreduce_dtype = \"bf16\"\n"), {}).comm.reduce_dtype,
+            tessera::ReduceDtype::bf16);
+  expect_deck_error("[comm]\nreduce_dtype = \"fp16\"\n", 2,
+                    {"comm.reduce_dtype: unknown value \"fp16\"", "one of \"fp32\", \"bf16\""});
+  expect_deck_error("[comm]\nreduce_dtype = 16\n", 2, {"comm.reduce_dtype: expected a name"});
 
   // Floats take integers; empty hidden is a linear model.
   const Config c = load_deck(write_deck("ok.toml", "[optimizer]\nlr = 1\n[model]\nhidden = []\n"), {});
@@ -338,6 +347,8 @@ TEST(DeckErrors, CommBackend) {
     EXPECT_EQ(load_deck(nccl, {}).comm.backend, tessera::CommBackend::nccl);
     expect_deck_error("[comm]\nallreduce = \"ring\"\nbackend = \"nccl\"\n", 2,
                       {"comm.allreduce", "\"ring\" with comm.backend = \"nccl\""});
+    expect_deck_error("[comm]\nreduce_dtype = \"bf16\"\nbackend = \"nccl\"\n", 2,
+                      {"comm.reduce_dtype", "\"bf16\" with comm.backend = \"nccl\""});
   } else {
     expect_input_error([&] { load_deck(nccl, {}); },
                        {"nccl.toml:3: comm.backend: \"nccl\" needs a build with NCCL", "-DTESSERA_ENABLE_CUDA=ON"});
