@@ -12,7 +12,9 @@
 # (a configuration this build refuses, exit 2, is reported as such and skipped).
 # Bytes crossing nodes are read from the links themselves: the sum over the nodes of what the host
 # end of each node's link sent to it (/sys/class/net/NODE/statistics/tx_bytes) during the run,
-# divided by the steps (start-up traffic included: a few KB).
+# divided by the steps (start-up traffic included: a few KB). Beside each: what `tessera plan`
+# predicts for the layout (bytes per node link, and the step between "exchange hidden" and "not
+# hidden") from that run's own compute phases.
 # Every node shares this machine's 2 cores: these are behaviour figures (bytes, what a slow link
 # does to a step), not a real cluster's speed.
 # Usage (as root, from the repository root, after a build):
@@ -37,7 +39,9 @@ trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
 "$cluster" up 4 >/dev/null
 eval "$("$cluster" env)"
 "$cluster" shape "$rate" >/dev/null
-work=$(mktemp -d /tmp/tessera-cluster-layouts.XXXXXX)
+work=$results/tmp/cluster_layouts  # the runs stay for inspection (ignored by git)
+rm -rf "$work" && mkdir -p "$work"
+gbps=$(awk -v r="$rate" 'BEGIN { v = r + 0; if (r ~ /gbit$/) print v; else if (r ~ /mbit$/) print v / 1000; else print v / 1e9 }')
 
 fmnist=$work/fashion-mnist.h5
 kjv=$work/corpus.h5
@@ -68,7 +72,7 @@ crossing_bytes() {
 }
 
 csv=$results/cluster_layouts.csv
-echo "deck,nodes,ranks,config,exit,step_s,crossing_mb_per_step,samples_per_s,first_loss,last_loss" >"$csv"
+echo "deck,nodes,ranks,config,exit,step_s,crossing_mb_per_step,samples_per_s,first_loss,last_loss,plan_mb_per_node,plan_step_lo,plan_step_hi" >"$csv"
 for deck in $decks; do
   for nodes in $node_counts; do
     hosts=$(for ((i = 1; i <= nodes; i++)); do printf '%s-n%d:2,' "$TESSERA_CLUSTER" "$i"; done)
@@ -87,7 +91,7 @@ for deck in $decks; do
       set -e
       after=$(crossing_bytes)
       if ((code != 0)); then
-        echo "$deck,$nodes,$ranks,$config,$code,,,,," >>"$csv"
+        echo "$deck,$nodes,$ranks,$config,$code,,,,,,,," >>"$csv"
         echo "bench: $deck $nodes nodes $config: exit $code ($(grep -m 1 'error' "$run.out" || true))"
         continue
       fi
@@ -98,22 +102,26 @@ for deck in $decks; do
       sps=$(grep -o '"samples_per_s": [0-9.e+-]*' "$run/summary.json" | awk '{print $2}')
       losses=$(awk -F, '$1 == "train" { if (!f) f = $4; l = $4 } END { print f "," l }' "$run/metrics.csv")
       mb=$(awk -v b="$((after - before))" -v s="$steps" 'BEGIN { printf "%.3f", b / s / 1e6 }')
-      echo "$deck,$nodes,$ranks,$config,0,$step_s,$mb,$sps,$losses" >>"$csv"
+      # What `tessera plan` predicts for this layout from this run's own compute time (metrics.csv).
+      # shellcheck disable=SC2046
+      plan=$(mpirun -n 1 "$tessera" plan $(deck_args "$deck") $(config_args "$config") --nodes "$nodes" \
+               --gpus-per-node 2 --link-gbps "$gbps" --from "$run" | awk -F'|' '/^\| this deck/ {
+                 split($5, r, " [.][.] "); printf "%s,%s,%s", $3 + 0, r[1] + 0, r[2] + 0 }')
+      echo "$deck,$nodes,$ranks,$config,0,$step_s,$mb,$sps,$losses,$plan" >>"$csv"
       echo "bench: $deck $nodes nodes x 2 ranks $config: step $step_s s, $mb MB crossing nodes per step"
     done
   done
 done
-rm -rf "$work"
 {
-  echo "| deck | nodes x ranks | config | step (s) | MB crossing nodes / step | step / zero0 | bytes / zero0 |"
-  echo "| --- | --- | --- | ---: | ---: | ---: | ---: |"
+  echo "| deck | nodes x ranks | config | step (s) | MB crossing nodes / step | step / zero0 | bytes / zero0 | plan: MB per node | plan: step (s) |"
+  echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"
   awk -F, 'NR > 1 { key = $1 "," $2; if ($4 == "zero0" && $5 == 0) { s0[key] = $6; b0[key] = $7 }
                     row[NR] = $0 }
            END { for (i = 2; i <= NR; i++) { split(row[i], f, ",")
                    key = f[1] "," f[2]
-                   if (f[5] != 0) { printf "| %s | %s x 2 | %s | exit %s | | | |\n", f[1], f[2], f[4], f[5]; continue }
-                   printf "| %s | %s x 2 | %s | %.3f | %.2f | %.2f | %.2f |\n", f[1], f[2], f[4], f[6], f[7],
-                          (s0[key] > 0 ? f[6] / s0[key] : 0), (b0[key] > 0 ? f[7] / b0[key] : 0) } }' "$csv"
+                   if (f[5] != 0) { printf "| %s | %s x 2 | %s | exit %s | | | | | |\n", f[1], f[2], f[4], f[5]; continue }
+                   printf "| %s | %s x 2 | %s | %.3f | %.2f | %.2f | %.2f | %.2f | %.3f .. %.3f |\n", f[1], f[2], f[4], f[6], f[7],
+                          (s0[key] > 0 ? f[6] / s0[key] : 0), (b0[key] > 0 ? f[7] / b0[key] : 0), f[11], f[12], f[13] } }' "$csv"
 } >"$results/cluster_layouts.md"
 cat "$results/cluster_layouts.md"
 echo "bench: links shaped to $rate; CPU $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores shared by all nodes"

@@ -105,6 +105,20 @@ int run(int argc, char** argv) {
                         "the ranks running the check, or Slurm's SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE)")
       ->check(CLI::PositiveNumber);
 
+  PlanArgs plan_args;
+  auto* plan_cmd = app.add_subcommand("plan", "predict the step time of a deck's layout on N nodes from its bytes per link and a measured compute time");
+  add_deck(plan_cmd, deck);
+  plan_cmd->add_option("--nodes", plan_args.nodes, "nodes")->required()->check(CLI::PositiveNumber);
+  plan_cmd->add_option("--gpus-per-node", plan_args.ranks_per_node, "ranks per node (one per GPU)")
+      ->required()->check(CLI::PositiveNumber);
+  plan_cmd->add_option("--link-gbps", plan_args.link_gbps, "each node's link, Gbit/s")->required()
+      ->check(CLI::PositiveNumber);
+  plan_cmd->add_option("--link-efficiency", plan_args.link_efficiency,
+                       "fraction of the link rate the exchange reaches (1: nominal; the namespace cluster measured 0.4-0.5)")
+      ->check(CLI::Range(0.01, 1.0))->capture_default_str();
+  plan_cmd->add_option("--compute-s", plan_args.compute_s, "compute seconds per step at the deck's per-rank batch");
+  plan_cmd->add_option("--from", plan_args.from, "a run directory of this deck whose metrics.csv gives the compute time per step");
+
   auto* eval_cmd = app.add_subcommand("eval", "evaluate a checkpoint on the deck's test split");
   add_deck(eval_cmd, deck);
   eval_cmd->add_option("--checkpoint", checkpoint, "checkpoint file")->required();
@@ -228,6 +242,7 @@ int run(int argc, char** argv) {
   try {
     if (*train_cmd) return train(deck, resume);
     if (*check_cmd) return check(deck, ranks, ranks_per_node);
+    if (*plan_cmd) return plan(deck, plan_args);
     if (*eval_cmd) return eval(deck, checkpoint);
     if (*generate_cmd) return generate(gen);
     if (*fmnist_cmd) return prepare_fashion_mnist(out, source);

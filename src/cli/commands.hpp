@@ -38,5 +38,16 @@ int prepare_text(const std::vector<std::string>& inputs, const std::string& out,
 int prepare_darcy(const sci::DarcyOptions& options);
 int inspect(const std::string& checkpoint);
 
+/// `tessera plan DECK --nodes N --gpus-per-node G --link-gbps X (--compute-s S | --from RUN)`.
+struct PlanArgs {
+  int nodes = 0, ranks_per_node = 0;
+  double link_gbps = 0.0, compute_s = 0.0;
+  double link_efficiency = 1.0;  ///< the fraction of the link's rate the exchange reaches
+  std::string from;  ///< a run directory whose metrics.csv gives the compute time per step
+};
+/// \brief Prints the predicted step time of the deck's layout and of its sharding alternatives
+/// on N nodes (src/cli/plan.cpp has the model). Every rank computes it; rank 0 prints.
+int plan(const DeckArgs& args, const PlanArgs& p);
+
 
 }  // namespace tessera::cli

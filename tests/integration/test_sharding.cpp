@@ -158,6 +158,35 @@ TEST(Exchange, Bf16ReductionTracksFp32AndHalvesTheBytes) {
   }
 }
 
+// tessera plan: the bytes on each node's link follow the exchange's formulas (src/cli/plan.cpp),
+// and the compute time comes from a run's metrics.csv.
+TEST(Plan, BytesPerNodeLinkFollowTheFormulas) {
+  const std::string run = fresh_dir("plan_run");
+  ASSERT_EQ(tessera(1, train_args(run, "--set train.steps=6")).exit_code, 0);
+  const std::string base = "plan " + test_deck() + " --set data.path=" + fashion_mnist() +
+                           " --nodes 2 --gpus-per-node 2 --link-gbps 1 ";
+  const RunResult r = tessera(1, base + "--compute-s 0.01");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto at = r.output.find("model: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const double n = std::stod(r.output.substr(at + 7));  // parameters; 2 nodes: (M-1)/M = 1/2
+  const auto row = [&](const std::string& name) {
+    const auto p = r.output.find("| " + name + " | ");
+    EXPECT_NE(p, std::string::npos) << name << "\n" << r.output;
+    return p == std::string::npos ? -1.0 : std::stod(r.output.substr(p + name.size() + 5));
+  };
+  EXPECT_NEAR(row("zero 0"), 2 * 4 * n / 2 / 1e6, 0.006);
+  EXPECT_NEAR(row("zero 0, bf16 reduce"), 2 * 2 * n / 2 / 1e6, 0.006);
+  EXPECT_NEAR(row("zero 3"), 2 * (4 * n + 8 * n) / 2 / 1e6, 0.006);
+  EXPECT_NEAR(row("hybrid zero 3"), 2 * 4 * n / 2 / 1e6, 0.006);
+  const RunResult from = tessera(1, base + "--from " + run);
+  EXPECT_EQ(from.exit_code, 0) << from.output;
+  EXPECT_NE(from.output.find("measured in " + run), std::string::npos) << from.output;
+  const RunResult missing = tessera(1, base + "--from " + run + "/nothing");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("cannot read"), std::string::npos) << missing.output;
+}
+
 TEST(Sharding, MeasuredMemoryShrinksWithTheStage) {
   // AdamW: two state buffers per parameter. Layers of similar size (784-256x5-10, a bucket per
   // layer), so that what ZeRO-2 and -3 hold at once (one or two buckets) is well below the whole.
