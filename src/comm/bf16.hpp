@@ -13,9 +13,10 @@ namespace tessera::comm {
 inline std::uint16_t to_bf16(float x) {
   std::uint32_t u = 0;
   std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // a carry may reach the exponent, or inf
-  return static_cast<std::uint16_t>(u >> 16);
+  // Both results computed and one selected, so that a loop of conversions vectorises.
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // a carry may reach inf
+  const std::uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 /// \brief The float holding the bf16 value with pattern h (exact).

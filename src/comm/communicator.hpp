@@ -233,6 +233,9 @@ class Communicator {
   /// the ranks of g with this rank's local index, one per node (replicate across nodes). Nodes
   /// are the shared-memory domains (or TESSERA_TEST_NODE_OF_RANK's fake ones). Collective over g
   /// on the first call for g (the hierarchical allreduce makes that call itself); cached after.
+  /// The two handles are raw MPI communicators: what runs on them directly is neither in the
+  /// flight recorder (so not under the watchdog) nor in counters(); give them a Group of their
+  /// own before the exchange uses them for collectives.
   const comm::NodeSplit& node_split(Group g) const;
   /// Node id (its lowest world rank) of world rank r, as node_split() sees nodes.
   int node_id_of_world_rank(int r) const { return world_node_[static_cast<std::size_t>(r)]; }

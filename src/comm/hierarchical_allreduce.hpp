@@ -9,8 +9,9 @@
 //        nodes (cross_comm): every node's rank j holds the group's sum of chunk j;
 //     3. ring allgather inside the node.
 //     Each rank sends 2(L-1)/L of the buffer inside its node and 2(N-1)/(N L) of it across
-//     nodes, where a flat ring over N x L ranks sends up to 2(NL-1)/(NL) across at every
-//     node boundary of the ring; the L ranks of a node share the crossing.
+//     nodes: 2(N-1)/N of the buffer leaves a node, over L ranks and in 2(N-1) steps, where a
+//     flat ring over the N x L ranks sends 2(NL-1)/(NL) of it out of each node from one rank in
+//     2(NL-1) steps.
 //   uneven nodes (a leader scheme): ring allreduce inside the node, ring allreduce of the whole
 //     buffer among the nodes' local rank 0, MPI_Bcast from it inside the node.
 //

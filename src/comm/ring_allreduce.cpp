@@ -1,5 +1,6 @@
 #include "comm/ring_allreduce.hpp"
 
+#include <array>
 #include <climits>
 
 #include "comm/mpi_check.hpp"
@@ -14,63 +15,71 @@ constexpr int kRingTag = 0x7e55;  // "tess": keeps ring messages apart from othe
 
 std::size_t segments(std::size_t len, std::size_t segment) { return (len + segment - 1) / segment; }
 
+/// Segments in flight each way in one ring step (receive slots of scratch). Measured on 2 ranks
+/// at 16 MB (docs/performance.md, "Transport"): 4 and 8 were no faster than 2, and calling into
+/// MPI between blocks of the addition (to move the next segment meanwhile) was slower: with
+/// mpi_yield_when_idle each call that finds nothing to do gives the core away.
+constexpr std::size_t kRingDepth = 2;
+
 std::size_t clamp_segment(std::size_t segment) {
   return std::clamp<std::size_t>(segment, 1, static_cast<std::size_t>(INT_MAX));
 }
 
 /// One ring step: send `send` (send_len elements) to `right` while receiving recv_len elements from
-/// `left`, segment by segment with the next receive posted ahead. Reduce: each received segment
-/// lands in scratch (two alternating segments) and is added to `recv`; otherwise it lands in
-/// `recv` directly (W = T) or in scratch and is decoded into `recv`. Where W differs from T each
-/// segment is encoded into one of two send segments of scratch first. Returns bytes sent.
+/// `left`, segment by segment, with up to kRingDepth segments in flight each way. Reduce: each
+/// received segment lands in scratch (kRingDepth slots) and is added to `recv`; otherwise it lands
+/// in `recv` directly (W = T) or in scratch and is decoded into `recv`. Where W differs from T each
+/// segment is encoded into one of kRingDepth send slots of scratch first. Returns bytes sent.
 template <class T, class W>
 std::uint64_t ring_step(const T* send, std::size_t send_len, T* recv, std::size_t recv_len, bool reduce,
                         int left, int right, MPI_Comm comm, std::size_t segment, W* scratch) {
   constexpr bool converts = comm::kConverts<T, W>;
+  constexpr std::size_t depth = kRingDepth;
   const MPI_Datatype type = mpi_type<W>();
   const std::size_t nseg = std::max(segments(send_len, segment), segments(recv_len, segment));
-  MPI_Request recv_req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  MPI_Request send_req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::array<MPI_Request, depth> recv_req, send_req;
+  recv_req.fill(MPI_REQUEST_NULL);
+  send_req.fill(MPI_REQUEST_NULL);
   auto seg_len = [segment](std::size_t len, std::size_t k) { return std::min(segment, len - k * segment); };
   auto landing = [&](std::size_t k) -> W* {
     if constexpr (!converts) {
       if (!reduce) return recv + k * segment;
     }
-    return scratch + (k % 2) * segment;
+    return scratch + (k % depth) * segment;
   };
   auto post_recv = [&](std::size_t k) {
     if (k * segment < recv_len)
       MPI_CHECK(MPI_Irecv(landing(k), static_cast<int>(seg_len(recv_len, k)), type, left, kRingTag, comm,
-                          &recv_req[k % 2]));
+                          &recv_req[k % depth]));
   };
   std::uint64_t sent = 0;
-  post_recv(0);
+  for (std::size_t k = 0; k + 1 < depth; ++k) post_recv(k);
   for (std::size_t k = 0; k < nseg; ++k) {
-    // Post the next receive into the other half of scratch, then send this segment.
-    post_recv(k + 1);
+    // Keep depth - 1 receives ahead, then send this segment once its slot's last send is done.
+    post_recv(k + depth - 1);
     if (k * segment < send_len) {
       const std::size_t len = seg_len(send_len, k);
-      MPI_CHECK(MPI_Wait(&send_req[k % 2], MPI_STATUS_IGNORE));
+      MPI_CHECK(MPI_Wait(&send_req[k % depth], MPI_STATUS_IGNORE));
       const W* out = nullptr;
       if constexpr (converts) {
-        W* staged = scratch + (2 + k % 2) * segment;
+        W* staged = scratch + (depth + k % depth) * segment;
         comm::encode(send + k * segment, staged, len);
         out = staged;
       } else {
         out = send + k * segment;
       }
-      MPI_CHECK(MPI_Isend(out, static_cast<int>(len), type, right, kRingTag, comm, &send_req[k % 2]));
+      MPI_CHECK(MPI_Isend(out, static_cast<int>(len), type, right, kRingTag, comm, &send_req[k % depth]));
       sent += len * sizeof(W);
     }
     // Wait for this segment and add (or decode) it.
     if (k * segment < recv_len) {
-      MPI_CHECK(MPI_Wait(&recv_req[k % 2], MPI_STATUS_IGNORE));
+      MPI_CHECK(MPI_Wait(&recv_req[k % depth], MPI_STATUS_IGNORE));
       const std::size_t len = seg_len(recv_len, k);
       if (reduce) comm::add_decoded(landing(k), recv + k * segment, len);
       else if (converts) comm::decode(landing(k), recv + k * segment, len);
     }
   }
-  MPI_CHECK(MPI_Waitall(2, send_req, MPI_STATUSES_IGNORE));
+  MPI_CHECK(MPI_Waitall(static_cast<int>(depth), send_req.data(), MPI_STATUSES_IGNORE));
   return sent;
 }
 
@@ -95,7 +104,7 @@ std::size_t ring_segment(std::size_t n, int p, std::size_t segment) {
 
 std::size_t ring_allreduce_scratch(std::size_t n, int ranks, std::size_t segment, bool converting) {
   if (ranks <= 1) return 0;
-  return (converting ? 4 : 2) * ring_segment(n, ranks, segment);
+  return (converting ? 2 : 1) * kRingDepth * ring_segment(n, ranks, segment);
 }
 
 template <class T, class W>
