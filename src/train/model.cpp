@@ -180,6 +180,7 @@ nn::UNetShape unet_shape(const Config& cfg, const ModelShape& shape) {
   u.levels = c;
   u.kernel = cfg.model.kernel;
   u.activation = cfg.model.activation;
+  u.norm = shape.norm;
   return u;
 }
 
@@ -234,13 +235,19 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
 std::string describe_model(const Config& cfg, const ModelShape& shape) {
   if (cfg.model.kind == ModelKind::unet) {
     const nn::UNetShape u = unet_shape(cfg, shape);
+    const nn::FieldNorm& n = u.norm;
     return fmt::format("unet {}x{}x{} -> {}x{}x{}, levels [{}] (two conv{}x{} + {} each, 2x2 max-pool down, 2x2 "
-                       "transposed conv up, skip connections){}",
+                       "transposed conv up, skip connections){}{}",
                        u.in_channels, u.field_height, u.width, u.out_channels, u.field_height, u.width,
                        fmt::join(u.levels, ", "), u.kernel, u.kernel, to_string(u.activation),
                        cfg.parallel.spatial > 1 ? fmt::format("; each rank holds {} of the {} rows (parallel.spatial = {})",
                                                               u.height, u.field_height, cfg.parallel.spatial)
-                                                : std::string());
+                                                : std::string(),
+                       n.empty() ? std::string()
+                                 : fmt::format("; fields standardised per channel (data.normalize): inputs mean [{:.6g}] "
+                                               "std [{:.6g}], targets mean [{:.6g}] std [{:.6g}]",
+                                               fmt::join(n.in_mean, ", "), fmt::join(n.in_std, ", "),
+                                               fmt::join(n.out_mean, ", "), fmt::join(n.out_std, ", ")));
   }
   if (cfg.model.kind == ModelKind::gpt)
     return fmt::format("gpt {} blocks x {} heads, width {}, context {}, vocabulary {}{}", cfg.model.layers,
