@@ -10,7 +10,7 @@
 #     model's formula and the time rank 0 waited for halos -> results/unet_spatial.{csv,md}
 # env: BUILD_DIR (build), EPOCHS (20), SEEDS ("1234 1 2"), NORMALIZE (auto: data.normalize, and the
 #      peer's --normalize channel; none: raw fields in both), SIZE (256), STEPS (8), BATCH (4),
-#      SKIP_ACCURACY=1, SKIP_SPATIAL=1
+#      SKIP_ACCURACY=1, SKIP_SPATIAL=1, SUMMARY_ONLY=1 (tables from the runs already made)
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
@@ -34,6 +34,7 @@ stamp="# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p') OPENBLAS_COR
 if [[ "${SKIP_ACCURACY:-0}" != 1 ]]; then
   [[ -f data/darcy64.h5 ]] || tools/mpirun.sh -n 2 "$build/tessera" prepare darcy --out data/darcy64.h5 --size 64 --train 1000 --test 100
   for seed in $seeds; do
+    [[ "${SUMMARY_ONLY:-0}" == 1 ]] && break
     tools/mpirun.sh -n 2 "$build/tessera" train inputs/darcy_unet.toml --set train.epochs="$epochs" \
       --set run.seed="$seed" --set data.normalize="\"$normalize\"" --set run.blas_threads=1 \
       --set run.output_dir="\"$tmp/accuracy_$seed\"" --set run.overwrite=true >"$res/logs/unet_tessera_$seed.log" 2>&1
