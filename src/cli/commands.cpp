@@ -22,6 +22,7 @@
 #include "io/prepare_text.hpp"
 #include "sci/darcy_dataset.hpp"
 #include "train/checkpointer.hpp"
+#include "train/field_norm.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/placement.hpp"
 #include "train/stop_signal.hpp"
@@ -136,7 +137,14 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
                              cfg.data.cache, data_cache_limit(comm), io::RowBlock{comm.sp(), comm.rank(Group::spatial)});
     }
     io::Split& test = *split;
-    const ModelShape shape = model_shape(cfg, test.info());
+    ModelShape shape = model_shape(cfg, test.info());
+    if (normalizes_fields(cfg)) {  // the training split's statistics, as training computed them
+      const auto watch = comm.watch("dataset open", Group::data);
+      const auto train = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.train_split,
+                                        cfg.model.context, false, data_cache_limit(comm),
+                                        io::RowBlock{comm.sp(), comm.rank(Group::spatial)});
+      shape.norm = field_norm(comm, *train);
+    }
     const BatchRows rows = batch_rows(cfg, 1, test.info().samples);
     MemoryEstimate estimate = estimate_memory(cfg, shape, {rows.eval, rows.eval});
     estimate.gradients = estimate.optimizer = estimate.comm = 0;  // evaluation holds neither

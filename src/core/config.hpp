@@ -13,6 +13,7 @@ namespace tessera {
 enum class ModelKind { mlp, cnn, gpt, unet };
 enum class Activation { relu, gelu };
 enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> CE, targets -> MSE
+enum class FieldNormalize { automatic, none, channel };  // automatic: channel for a unet, else none
 enum class OptimizerKind { sgd, adamw };
 enum class ScheduleKind { constant, cosine, step, cosine_restarts };
 enum class PipelineSchedule { gpipe, one_f_one_b };
@@ -41,6 +42,7 @@ struct DataConfig {
   std::string train_split = "train";
   std::string test_split = "test";
   bool cache = false;  ///< read each split once per rank into memory instead of per batch
+  FieldNormalize normalize = FieldNormalize::automatic;  ///< standardise fields per channel with the training split's statistics
 
   bool operator==(const DataConfig&) const = default;
 };

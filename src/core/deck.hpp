@@ -47,6 +47,7 @@ std::string_view to_string(ModelKind v);
 std::string_view to_string(Precision v);
 std::string_view to_string(Activation v);
 std::string_view to_string(LossKind v);
+std::string_view to_string(FieldNormalize v);
 std::string_view to_string(OptimizerKind v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(PipelineSchedule v);

@@ -129,6 +129,10 @@ void resolve_layout(Config& cfg, int world_size) {
   if ((cfg.model.kind == ModelKind::cnn || unet) && cfg.model.kernel % 2 == 0)
     fail("model.kernel", fmt::format("{} is even; a {} kernel is odd (zero padding kernel/2 keeps the size)",
                                      cfg.model.kernel, to_string(cfg.model.kind)));
+  if (cfg.data.normalize == FieldNormalize::channel && !unet)
+    fail("data.normalize", fmt::format("\"channel\" standardises the fields of a model.kind = \"unet\"; "
+                                       "model.kind = \"{}\" has none (use \"auto\" or \"none\")",
+                                       to_string(cfg.model.kind)));
   if (unet && cfg.model.channels.empty())
     fail("model.channels", "[] gives the unet no level; give the channels of each level, finest first (e.g. [16, 32, 64])");
   if (cfg.train.precision == Precision::fp16 && (cfg.train.loss_scale < 1.0 || cfg.train.loss_scale > 16777216.0))

@@ -150,6 +150,9 @@ std::vector<KeySpec> build_schema() {
     data.text<&D::train_split>("train_split", Text::non_empty, "group of the training split"),
     data.text<&D::test_split>("test_split", Text::non_empty, "group of the evaluation split"),
     data.flag<&D::cache>("cache", "read each split once per rank into memory instead of per batch"),
+    data.choice<&D::normalize>("normalize", kFieldNormalize,
+                               "unet: standardise inputs and targets per channel with the training split's mean and "
+                               "std (channel); auto: channel for a unet"),
 
     model.choice<&M::kind>("kind", kModelKinds, "model family"),
     model.key<&M::hidden>("hidden", closed(1, kMaxWidth), "mlp, cnn: widths of the hidden linear layers, input to output; [] is a linear model (cnn: after the convolutions)"),

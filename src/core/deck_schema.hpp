@@ -81,6 +81,9 @@ inline constexpr Choice<GemmLibrary> kGemmLibraries[] = {
     {"auto", GemmLibrary::automatic}, {"openblas", GemmLibrary::openblas}, {"onednn", GemmLibrary::onednn}};
 inline constexpr Choice<Activation> kActivations[] = {{"relu", Activation::relu},
                                                       {"gelu", Activation::gelu}};
+inline constexpr Choice<FieldNormalize> kFieldNormalize[] = {{"auto", FieldNormalize::automatic},
+                                                             {"none", FieldNormalize::none},
+                                                             {"channel", FieldNormalize::channel}};
 inline constexpr Choice<LossKind> kLossKinds[] = {{"auto", LossKind::automatic},
                                                   {"cross_entropy", LossKind::cross_entropy},
                                                   {"mse", LossKind::mse}};

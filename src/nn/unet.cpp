@@ -30,6 +30,16 @@ VectorU<T> flat_rows(T* data, Index batch, Index width) {
   return VectorU<T>(data, std::size_t(batch * width));
 }
 
+// A small per-channel vector on the device: f(c) for c < n.
+template <class T, class F>
+Vector<T> channel_values(const std::string& what, int n, F f) {
+  Vector<T> v(mem::label(mem::Category::act, "tessera::nn::UNet::" + what), std::size_t(n));
+  const auto h = Kokkos::create_mirror_view(v);
+  for (int c = 0; c < n; ++c) h(std::size_t(c)) = T(f(std::size_t(c)));
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
 }  // namespace
 
 template <class T>
@@ -67,6 +77,17 @@ UNet<T>::UNet(ParamStore<T>& store, const UNetShape& shape, Part part)
     u.conv2 = convs_.size();
     convs_.emplace_back(store, fmt::format("up.{}.conv2", l), typename FieldConv<T>::Shape{c, c, k, r, w});
   }
+  const FieldNorm& n = shape_.norm;
+  if (!n.empty() && (n.in_mean.size() != std::size_t(shape_.in_channels) || n.in_std.size() != n.in_mean.size() ||
+                     n.out_mean.size() != std::size_t(shape_.out_channels) || n.out_std.size() != n.out_mean.size()))
+    throw std::invalid_argument("tessera::nn::UNet: a FieldNorm needs one mean and std per input and output channel");
+  const bool id = n.empty();
+  in_scale_ = channel_values<T>("in_scale", shape_.in_channels, [&](std::size_t c) { return id ? 1.0 : 1.0 / n.in_std[c]; });
+  in_shift_ = channel_values<T>("in_shift", shape_.in_channels,
+                                [&](std::size_t c) { return id ? 0.0 : -n.in_mean[c] / n.in_std[c]; });
+  out_std_ = channel_values<T>("out_std", shape_.out_channels, [&](std::size_t c) { return id ? 1.0 : n.out_std[c]; });
+  out_mean_ = channel_values<T>("out_mean", shape_.out_channels, [&](std::size_t c) { return id ? 0.0 : n.out_mean[c]; });
+  out_inv_ = channel_values<T>("out_inv", shape_.out_channels, [&](std::size_t c) { return id ? 1.0 : 1.0 / n.out_std[c]; });
   store.begin_unit();
   head_unit_ = store.units() - 1;
   const double bound = 1.0 / std::sqrt(double(shape_.levels[0]));
@@ -97,15 +118,15 @@ Index UNet<T>::largest_halo() const {
 
 template <class T>
 double UNet<T>::activation_bytes(int max_batch, int slots) const {
-  // Per sample and slot: the input, each convolution's columns, pre-activation and activation,
+  // Per sample and slot: the input (and its standardised copy), each convolution's columns, pre-activation and activation,
   // each pooled level (values and argmax), each concatenation, the output and its gradient.
   const auto L = shape_.levels.size();
-  double slot = double(input_width()) + 2.0 * output_width();
+  double slot = double(input_width()) * (shape_.norm.empty() ? 1.0 : 2.0) + 2.0 * output_width();
   for (const auto& c : convs_) slot += double(c.col_size()) + 2.0 * double(c.out_size());
   for (std::size_t l = 0; l + 1 < L; ++l) slot += 2.0 * double(level_size(l)) / 4.0 + 2.0 * double(level_size(l));
   // Shared: two gradient buffers, the up-sampling product, the skip gradients, a column matrix,
-  // four halo buffers, the loss's sums (double).
-  double shared = 2.0 * double(largest_activation()) + double(largest_col()) + 4.0 * double(largest_halo()) + 4.0;
+  // four halo buffers, the loss's three sums (double).
+  double shared = 2.0 * double(largest_activation()) + double(largest_col()) + 4.0 * double(largest_halo()) + 6.0;
   Index yp = 1;
   for (std::size_t l = 0; l + 1 < L; ++l) {
     yp = std::max(yp, level_size(l));
@@ -121,6 +142,7 @@ void UNet<T>::add_slot() {
   const auto L = shape_.levels.size();
   Slot& s = slots_.emplace_back();
   s.input = alloc<T>("input", B, std::size_t(input_width()));
+  if (!shape_.norm.empty()) s.std_input = alloc<T>("std_input", B, std::size_t(input_width()));
   s.out = alloc<T>("out", B, std::size_t(output_width()));
   s.gout = alloc<T>("grad_out", B, std::size_t(output_width()));
   for (std::size_t i = 0; i < convs_.size(); ++i) {
@@ -146,7 +168,7 @@ void UNet<T>::add_slot() {
     yp = std::max(yp, level_size(l));
   }
   yp_ = alloc<T>("upsample", B, std::size_t(yp));
-  sums_ = decltype(sums_)(mem::label(mem::Category::act, "tessera::nn::UNet::loss_sums"), B, 2);
+  sums_ = decltype(sums_)(mem::label(mem::Category::act, "tessera::nn::UNet::loss_sums"), B, 3);
 }
 
 template <class T>
@@ -276,6 +298,13 @@ void UNet<T>::forward(const ExecSpace& exec, int slot) {
   Slot& s = slots_[std::size_t(slot)];
   const auto L = shape_.levels.size();
   const T* x = s.input.data();
+  const Index positions = level_rows(0) * level_width(0);
+  if (!shape_.norm.empty()) {  // the standardised copy of the input
+    Kokkos::deep_copy(exec, rows(s.std_input, int(batch)), rows(s.input, int(batch)));
+    kernels::affine_channels(exec, in_scale_, in_shift_, batch, Index(shape_.in_channels), positions,
+                             s.std_input.data());
+    x = s.std_input.data();
+  }
   for (std::size_t l = 0; l < L; ++l) {
     run_conv(exec, 2 * l, batch, x, s);
     run_conv(exec, 2 * l + 1, batch, s.a[2 * l].data(), s);
@@ -292,6 +321,8 @@ void UNet<T>::forward(const ExecSpace& exec, int slot) {
     x = s.a[ups_[l].conv2].data();
   }
   head_forward(exec, batch, x, s.out.data());
+  if (!shape_.norm.empty())
+    kernels::affine_channels(exec, out_std_, out_mean_, batch, Index(shape_.out_channels), positions, s.out.data());
 }
 
 template <class T>
@@ -340,18 +371,19 @@ LossSums UNet<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32
   const Slot& s = slots_[std::size_t(slot)];
   const double count = double(shape_.out_channels) * shape_.field_height * shape_.width;
   const auto sums = Kokkos::subview(sums_, std::make_pair<std::size_t>(0, std::size_t(batch)), Kokkos::ALL);
-  kernels::field_errors(exec, MatrixU<const T>(rows(s.out, int(batch))), targets, count, scale,
-                        rows(s.gout, int(batch)), sums);
-  std::vector<double> h(std::size_t(2 * batch));
+  // gout: the gradient of the head's output (the standardised field under FieldNorm).
+  kernels::field_errors(exec, MatrixU<const T>(rows(s.out, int(batch))), targets, count, scale, out_inv_,
+                        level_rows(0) * level_width(0), rows(s.gout, int(batch)), sums);
+  std::vector<double> h(std::size_t(3 * batch));
   Kokkos::deep_copy(exec, Kokkos::View<double**, Kokkos::LayoutRight, HostSpace, Kokkos::MemoryUnmanaged>(
-                              h.data(), std::size_t(batch), 2), sums);
+                              h.data(), std::size_t(batch), 3), sums);
   exec.fence();
   if (part_.halo && part_.halo->size() > 1) part_.halo->sum(h.data(), h.size());
   LossSums r;
   if (part_.halo && part_.halo->rank() != 0) return r;  // counted once per sample
   for (Index b = 0; b < batch; ++b) {
-    const double err = h[std::size_t(2 * b)], ref = h[std::size_t(2 * b + 1)];
-    r.loss += err / count;
+    const double err = h[std::size_t(3 * b)], ref = h[std::size_t(3 * b + 1)];
+    r.loss += h[std::size_t(3 * b + 2)] / count;
     r.rel_l2 += std::sqrt(err) / std::max(std::sqrt(ref), 1e-30);
   }
   return r;

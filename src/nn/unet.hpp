@@ -11,6 +11,10 @@
 //            every value of each field, and evaluation reports the relative L2 error
 //            ||prediction - target|| / ||target|| per sample
 //
+// With UNetShape::norm the input is standardised per channel before down.0 and the head's output
+// mapped back to the targets' units; the loss is then the mean squared error of the standardised
+// fields (FieldNorm).
+//
 // act is model.activation (ReLU or GELU). Parameters as PyTorch's modules:
 // down.{l}.conv{1,2}.weight [out, in, k, k] (nn.Conv2d), up.{l}.upconv.weight [c_{l+1}, c_l, 2, 2]
 // (nn.ConvTranspose2d), up.{l}.conv{1,2}, head.weight [out, c_0, 1, 1]; biases [out]. A unit per
@@ -34,6 +38,16 @@
 
 namespace tessera::nn {
 
+/// Standardisation of the fields (data.normalize), per channel: the network sees
+/// (x_c - in_mean_c) / in_std_c, and its last layer's output h_c stands for
+/// (u_c - out_mean_c) / out_std_c, so output() = out_std_c h_c + out_mean_c is in the targets'
+/// units. The loss is then the mean squared error of the standardised fields, the relative L2
+/// error that of the fields themselves. Empty vectors: none (the identity).
+struct FieldNorm {
+  std::vector<double> in_mean, in_std, out_mean, out_std;
+  bool empty() const { return in_mean.empty(); }
+};
+
 struct UNetShape {
   int in_channels = 1, out_channels = 1;
   int height = 1;       ///< this rank's rows of each field (H / spatial ranks)
@@ -42,6 +56,7 @@ struct UNetShape {
   std::vector<int> levels = {16, 32};  ///< channels per level, finest first
   int kernel = 3;
   Activation activation = Activation::relu;
+  FieldNorm norm;  ///< sizes in_channels and out_channels, or empty
 };
 
 template <class T>
@@ -69,8 +84,9 @@ class UNet : public Network<T> {
   void forward(const ExecSpace& exec, int slot) override;
   void backward(const ExecSpace& exec, int slot) override;
   /// \brief The mean squared error over each whole field (this block's part of it, its sums over
-  /// the spatial group), counted on spatial rank 0: loss = sum over samples of the mean, rel_l2 =
-  /// sum over samples of the relative L2 error. Targets (B, output_width); labels unused.
+  /// the spatial group), counted on spatial rank 0: loss = sum over samples of the mean (of the
+  /// standardised fields under FieldNorm), rel_l2 = sum over samples of the relative L2 error.
+  /// Targets (B, output_width), in their own units; labels unused.
   LossSums loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels, MatrixU<const T> targets,
                 T scale) override;
 
@@ -85,7 +101,7 @@ class UNet : public Network<T> {
     std::size_t conv1 = 0, conv2 = 0;            // indices in convs_
   };
   struct Slot {
-    Matrix<T> input, out, gout;
+    Matrix<T> input, std_input, out, gout;  // std_input: the standardised input (FieldNorm)
     std::vector<Matrix<T>> col, z, a;  // per convolution
     std::vector<Matrix<T>> pooled, cat;  // per level but the bottom
     std::vector<Kokkos::View<std::int32_t**, Kokkos::LayoutRight, MemSpace>> arg;
@@ -121,6 +137,9 @@ class UNet : public Network<T> {
   Matrix<T> ga_, gb_, yp_, dcol_, halo_;
   std::vector<Matrix<T>> dskip_;
   Kokkos::View<double**, Kokkos::LayoutRight, MemSpace> sums_;
+  // FieldNorm as factors: in_scale = 1/in_std, in_shift = -in_mean/in_std, out_std, out_mean,
+  // out_inv = 1/out_std (identity without one).
+  Vector<T> in_scale_, in_shift_, out_std_, out_mean_, out_inv_;
 };
 
 extern template class UNet<float>;

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "nn/gpt.hpp"
 #include "nn/mlp.hpp"
+#include "train/field_norm.hpp"
 
 namespace tessera {
 
@@ -180,6 +181,15 @@ nn::UNetShape unet_shape(const Config& cfg, const ModelShape& shape) {
   u.levels = c;
   u.kernel = cfg.model.kernel;
   u.activation = cfg.model.activation;
+  u.norm = shape.norm;
+  if (u.norm.empty() && normalizes_fields(cfg)) {
+    // Without the statistics (tessera check's estimate, parameter lists): their place, so the
+    // memory estimate counts the standardised input; training and eval pass the real ones.
+    u.norm.in_mean.assign(std::size_t(u.in_channels), 0.0);
+    u.norm.in_std.assign(std::size_t(u.in_channels), 1.0);
+    u.norm.out_mean.assign(std::size_t(u.out_channels), 0.0);
+    u.norm.out_std.assign(std::size_t(u.out_channels), 1.0);
+  }
   return u;
 }
 
@@ -234,13 +244,19 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
 std::string describe_model(const Config& cfg, const ModelShape& shape) {
   if (cfg.model.kind == ModelKind::unet) {
     const nn::UNetShape u = unet_shape(cfg, shape);
+    const nn::FieldNorm& n = shape.norm;  // the statistics (not the estimate's placeholder)
     return fmt::format("unet {}x{}x{} -> {}x{}x{}, levels [{}] (two conv{}x{} + {} each, 2x2 max-pool down, 2x2 "
-                       "transposed conv up, skip connections){}",
+                       "transposed conv up, skip connections){}{}",
                        u.in_channels, u.field_height, u.width, u.out_channels, u.field_height, u.width,
                        fmt::join(u.levels, ", "), u.kernel, u.kernel, to_string(u.activation),
                        cfg.parallel.spatial > 1 ? fmt::format("; each rank holds {} of the {} rows (parallel.spatial = {})",
                                                               u.height, u.field_height, cfg.parallel.spatial)
-                                                : std::string());
+                                                : std::string(),
+                       n.empty() ? (u.norm.empty() ? std::string() : std::string("; fields standardised per channel (data.normalize)"))
+                                 : fmt::format("; fields standardised per channel (data.normalize): inputs mean [{:.6g}] "
+                                               "std [{:.6g}], targets mean [{:.6g}] std [{:.6g}]",
+                                               fmt::join(n.in_mean, ", "), fmt::join(n.in_std, ", "),
+                                               fmt::join(n.out_mean, ", "), fmt::join(n.out_std, ", ")));
   }
   if (cfg.model.kind == ModelKind::gpt)
     return fmt::format("gpt {} blocks x {} heads, width {}, context {}, vocabulary {}{}", cfg.model.layers,

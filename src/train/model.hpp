@@ -27,6 +27,7 @@ struct ModelShape {
   bool classification = true;    ///< labels + cross-entropy, else targets + MSE
   std::vector<std::int64_t> sample_shape;  ///< one sample's input shape ([H, W] or [C, H, W] images)
   std::vector<std::int64_t> target_shape;  ///< one sample's targets' shape (regression)
+  nn::FieldNorm norm;  ///< unet: the training split's per-channel statistics (data.normalize); empty: none
 };
 
 using LossSums = nn::LossSums;

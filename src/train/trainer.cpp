@@ -14,6 +14,7 @@
 #include "blas/gemm.hpp"
 #include "blas/gemm_library.hpp"
 #include "optim/schedule.hpp"
+#include "train/field_norm.hpp"
 #include "train/pipeline_executor.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/replica_check.hpp"
@@ -219,7 +220,8 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
     train_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.train_split, cfg_.model.context,
                             cfg_.data.cache, cache_limit, block);
   }
-  const ModelShape shape = model_shape(cfg_, train_->info());
+  ModelShape shape = model_shape(cfg_, train_->info());
+  if (normalizes_fields(cfg_)) shape.norm = field_norm(comm_, *train_);
   if (eval_enabled(cfg_.eval)) {
     const auto watch = comm_.watch("dataset open", Group::data);
     test_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.test_split, cfg_.model.context,

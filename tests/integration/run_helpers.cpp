@@ -76,6 +76,7 @@ std::vector<MetricsRow> read_metrics(const std::string& run_dir) {
     r.step = std::stoll(f[1]);
     r.loss = std::stod(f[3]);
     if (!f[7].empty()) r.accuracy = std::stod(f[7]);
+    if (f.size() > 16 && !f[16].empty()) r.rel_l2 = std::stod(f[16]);
     rows.push_back(r);
   }
   return rows;

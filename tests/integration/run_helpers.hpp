@@ -27,6 +27,7 @@ struct MetricsRow {
   std::string kind;
   std::int64_t step = 0;
   double loss = 0.0, accuracy = -1.0;
+  double rel_l2 = -1.0;  ///< eval rows of a field model: the relative L2 error; -1: empty
 };
 std::vector<MetricsRow> read_metrics(const std::string& run_dir);
 /// Train-row losses by step.

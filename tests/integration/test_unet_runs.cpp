@@ -5,6 +5,7 @@
 // exit code 2. Checkpoints are logical tensors: one written under a spatial split resumes under
 // another (and on one rank) on the same losses. A memory cap the whole field exceeds on one rank
 // is refused, and the same run trains with its fields split over 2 ranks.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/metrics_file.hpp"
 #include "run_helpers.hpp"
 
 namespace tessera::test {
@@ -51,6 +53,21 @@ TEST(UNet, RelativeL2ErrorIsReported) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string summary = read_file(dir + "/summary.json");
   EXPECT_NE(summary.find("\"test_rel_l2\""), std::string::npos) << summary;
+  // Every eval row of metrics.csv and of metrics.h5 carries the relative L2 error (the deck
+  // evaluates every 10 steps), the same in both, lower at the end than at the first, and the last
+  // is summary.json's.
+  std::vector<double> csv;
+  for (const auto& row : read_metrics(dir))
+    if (row.kind == "eval") csv.push_back(row.rel_l2);
+  const auto h5 = io::read_metrics_column(dir + "/metrics.h5", "eval", "rel_l2");
+  ASSERT_GE(csv.size(), 2u);
+  ASSERT_EQ(h5.size(), csv.size());
+  for (std::size_t i = 0; i < csv.size(); ++i) {
+    EXPECT_GT(csv[i], 0.0) << i;
+    EXPECT_NEAR(h5[i], csv[i], 1e-8 * csv[i]) << i;
+  }
+  EXPECT_LT(csv.back(), csv.front());
+  EXPECT_NE(summary.find(fmt::format("\"test_rel_l2\": {},", h5.back())), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"halo\""), std::string::npos) << summary;
   EXPECT_NE(read_file(dir + "/log.txt").find("relative L2 error"), std::string::npos);
   // `tessera eval` of its checkpoint on 1 rank and on 2 spatial ranks: the same test loss.
@@ -116,6 +133,8 @@ TEST(UNet, BadSplitsAndModelsAreOneLineErrors) {
   expect_error(1, train_args(dir, unet() + " --set model.kernel=2"), "model.kernel");
   expect_error(4, train_args(dir, unet() + " --set parallel.spatial=4 --set model.channels=[2,2,2,2,2]"),
                "parallel.spatial");
+  // Standardised fields with a model that has none.
+  expect_error(1, train_args(dir, "--set data.normalize=channel"), "data.normalize");
   // Class labels are no fields.
   expect_error(1, train_args(dir, "--set model.kind=unet --set model.channels=[4]"), "model.kind = \"unet\"");
   // prepare darcy's options.

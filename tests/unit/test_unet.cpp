@@ -47,7 +47,7 @@ TEST(Upsample, ScatterAndGatherMatchNaiveTransposedConvolutionLayout) {
     EXPECT_EQ(hback[i], hy[i] + hb[i / std::size_t(4 * h * w) % std::size_t(C)]);
 }
 
-void check_gradients(Activation act) {
+void check_gradients(Activation act, bool normalize = false) {
   const ExecSpace exec;
   nn::ParamStore<double> store;
   nn::UNetShape shape;
@@ -58,6 +58,7 @@ void check_gradients(Activation act) {
   shape.levels = {2, 3, 2};
   shape.kernel = 3;
   shape.activation = act;
+  if (normalize) shape.norm = {{0.5, -0.25}, {2.0, 0.5}, {0.3}, {0.05}};
   nn::UNet<double> net(store, shape);
   store.allocate();
   store.initialize(exec, 7);
@@ -78,8 +79,10 @@ void check_gradients(Activation act) {
   store.zero_grads(exec);
   loss();
   net.backward(exec, slot);
-  // The loss is the sum over samples of each field's mean squared error; rel_l2 its relative L2.
+  // The loss is the sum over samples of each field's mean squared error (of the standardised
+  // fields: divided by out_std^2), rel_l2 its relative L2 in the targets' units.
   const auto out = to_host(net.output(slot));
+  const double out_var = normalize ? 0.05 * 0.05 : 1.0;
   double expect_loss = 0, expect_rel = 0;
   for (std::size_t b = 0; b < batch; ++b) {
     double err = 0, ref = 0;
@@ -88,7 +91,7 @@ void check_gradients(Activation act) {
       err += d * d;
       ref += ht[b * std::size_t(net.output_width()) + k] * ht[b * std::size_t(net.output_width()) + k];
     }
-    expect_loss += err / net.output_width();
+    expect_loss += err / out_var / net.output_width();
     expect_rel += std::sqrt(err / ref);
   }
   EXPECT_NEAR(last.loss, expect_loss, 1e-12);
@@ -106,6 +109,7 @@ void check_gradients(Activation act) {
 
 TEST(UNet, GradientsMatchFiniteDifferencesGelu) { check_gradients(Activation::gelu); }
 TEST(UNet, GradientsMatchFiniteDifferencesRelu) { check_gradients(Activation::relu); }
+TEST(UNet, StandardisedFieldsGradientsMatchFiniteDifferences) { check_gradients(Activation::gelu, true); }
 
 TEST(UNet, RefusesOddLevelsAndThinBlocks) {
   nn::ParamStore<double> store;
