@@ -160,7 +160,8 @@ TEST(Exchange, Bf16ReductionTracksFp32AndHalvesTheBytes) {
 
 // comm.priority: buckets in pieces (about 10 of the first layer's bucket here, 2 in flight), the
 // first layers first, each bucket's update deferred into the next step's forward. The per-element
-// update is unchanged, only when it happens moves: fp32 losses equal the same layout without it.
+// update is unchanged, only when it happens moves: fp32 losses equal the same layout without it
+// (comm.overlap = true: nonblocking whole buckets).
 const std::string priority = per_layer + " --set comm.priority=true --set comm.piece_mb=0.02 --set comm.inflight_mb=0.05";
 
 TEST(Exchange, PriorityEqualsTheSameLayoutWithoutIt) {
@@ -171,7 +172,10 @@ TEST(Exchange, PriorityEqualsTheSameLayoutWithoutIt) {
     ASSERT_EQ(tessera(np, train_args(off, per_layer + " --set comm.overlap=true")).exit_code, 0);
     const RunResult r = tessera(np, train_args(on, priority));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_EQ(train_losses(off), train_losses(on)) << np << " ranks";
+    // Two ranks: a + b whatever MPI's algorithm. Four: MPI may associate the sum of a piece
+    // otherwise than that of the whole bucket (its algorithm depends on the message size).
+    if (np == 2) EXPECT_EQ(train_losses(off), train_losses(on));
+    else EXPECT_LE(max_relative_difference(train_losses(off), train_losses(on)), 1e-6) << np << " ranks";
     EXPECT_LE(max_relative_difference(train_losses(ref), train_losses(on)), 1e-5) << np << " ranks";
     // Step 2's report: the first layer's bucket (b0) went out before the last step was applied,
     // and some of the forward ran with pieces in flight.
