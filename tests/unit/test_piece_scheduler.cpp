@@ -2,6 +2,7 @@
 // whenever it became ready, and the bound on the elements in flight.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <vector>
 
 #include "train/piece_scheduler.hpp"
