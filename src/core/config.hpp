@@ -146,6 +146,9 @@ struct CommConfig {
   CommBackend backend = CommBackend::automatic;
   ReduceDtype reduce_dtype = ReduceDtype::fp32;  ///< wire type of the gradient sums (bf16 halves the bytes)
   double timeout_s = 600.0;    ///< a rank blocked this long in one operation ends the run (exit 5)
+  bool priority = false;       ///< exchange in pieces, first layers first; updates deferred to the next forward
+  double piece_mb = 1.0;       ///< comm.priority: largest piece of a bucket's exchange, MB
+  double inflight_mb = 4.0;    ///< comm.priority: bound on the bytes of the pieces in flight, MB
 
   bool operator==(const CommConfig&) const = default;
 };

@@ -25,6 +25,31 @@ std::string where_of(const Config& cfg, const Origins& origins, std::initializer
   throw InputError(fmt::format("{}: {}: {}", where, key, what));
 }
 
+// comm.priority defers each bucket's update to the next step's forward: nothing may need every
+// bucket's gradient before the first update (clipping, fp16's skip) or its shard (ZeRO).
+void check_priority(const Config& cfg, const Origins& origins) {
+  const auto refuse = [&](std::initializer_list<const char*> keys, const std::string& what) {
+    fail(where_of(cfg, origins, keys), "comm.priority", what + " (or set comm.priority = false)");
+  };
+  if (cfg.optimizer.clip_grad_norm > 0.0)
+    refuse({"comm.priority", "optimizer.clip_grad_norm"},
+           "true updates each bucket as its exchange ends, but optimizer.clip_grad_norm > 0 needs the "
+           "global norm first; set optimizer.clip_grad_norm = 0");
+  if (cfg.train.precision == Precision::fp16)
+    refuse({"comm.priority", "train.precision"},
+           "true updates each bucket as its exchange ends, but train.precision = \"fp16\" may skip the "
+           "whole step; use \"bf16\" or \"fp32\"");
+  if (cfg.parallel.zero != 0)
+    refuse({"comm.priority", "parallel.zero"}, "true supports parallel.zero = 0 only");
+  if (cfg.parallel.pipeline != 1)
+    refuse({"comm.priority", "parallel.pipeline"}, "true supports parallel.pipeline = 1 only");
+  if (cfg.parallel.micro_batches > 1 && !cfg.comm.no_sync)
+    refuse({"comm.priority", "comm.no_sync"}, "true with micro_batches > 1 needs comm.no_sync = true");
+  if (cfg.comm.allreduce != AllreduceAlgorithm::mpi)
+    refuse({"comm.priority", "comm.allreduce"},
+           "true sends pieces with MPI's nonblocking allreduce; set comm.allreduce = \"mpi\"");
+}
+
 }  // namespace
 
 void check_combinations(Config& cfg, const Origins& origins) {
@@ -83,6 +108,7 @@ void check_combinations(Config& cfg, const Origins& origins) {
          fmt::format("\"{}\" with comm.backend = \"nccl\": the conversion runs on the host; set "
                      "comm.reduce_dtype = \"fp32\", or comm.backend = \"staged\"",
                      to_string(c.reduce_dtype)));
+  if (c.priority) check_priority(cfg, origins);
 }
 
 }  // namespace deck

@@ -224,6 +224,9 @@ std::vector<KeySpec> build_schema() {
     comm.choice<&CommConfig::backend>("backend", kCommBackends, "how buffers travel: auto (host memory: mpi; device memory: nccl if built, else cuda-aware-mpi if MPI says so, else staged), mpi, cuda-aware-mpi (device pointers to MPI), staged (through a pinned host buffer), nccl"),
     comm.choice<&CommConfig::reduce_dtype>("reduce_dtype", kReduceDtypes, "element type the gradient sums travel in: fp32, or bf16 (each rank's values rounded to bf16, sums accumulated in fp32 at each addition and sent as bf16: half the bytes, about 3 significant digits)"),
     comm.key<&CommConfig::timeout_s>("timeout_s", above(0), "seconds a rank may wait in one collective, transfer or collective file operation before it ends the run with exit code 5 and a flight record (a peer died or hangs)"),
+    comm.flag<&CommConfig::priority>("priority", "exchange each bucket in pieces of comm.piece_mb, the buckets of the first layers first, at most comm.inflight_mb in flight; a bucket's update waits at the latest for the next step's forward of its first layer (zero = 0, no clipping, no fp16; logs the previous step's gradient norm)"),
+    comm.key<&CommConfig::piece_mb>("piece_mb", open_closed(0, 1 << 20), "comm.priority: largest piece of a bucket's exchange in MB"),
+    comm.key<&CommConfig::inflight_mb>("inflight_mb", open_closed(0, 1 << 20), "comm.priority: bound on the MB of pieces in flight (one piece always may be)"),
   };
   // clang-format on
 }

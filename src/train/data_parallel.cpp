@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "core/memory.hpp"
@@ -16,6 +17,12 @@ struct DataParallel::BucketState {
   PendingOp op;
   bool exchanging = false;     // an exchange was started and its completion not yet handled
   bool across_pending = false; // hybrid sharding: the sum across nodes follows the one in the node
+};
+
+struct DataParallel::Flight {
+  PendingOp op;
+  std::size_t bucket = 0;
+  bool seen = false;  // its completion counted in undone_
 };
 
 namespace {
@@ -51,17 +58,36 @@ DataParallel::DataParallel(const Config& cfg, const Communicator& comm, nn::Para
       no_sync_(cfg.comm.no_sync),
       // Our own point-to-point allreduce algorithms have no nonblocking form.
       blocking_allreduce_(comm.allreduce_algorithm() != AllreduceAlgorithm::mpi),
-      buckets_(store.buckets().size()) {}
+      buckets_(store.buckets().size()),
+      priority_(cfg.comm.priority) {
+  if (!priority_) return;
+  if (sharding.state_sharded()) throw std::logic_error("tessera::DataParallel: comm.priority with sharded state");
+  const auto elements = [](double mb) { return static_cast<std::size_t>(mb * 1e6 / sizeof(float)); };
+  sched_ = std::make_unique<PieceScheduler>(elements(cfg.comm.piece_mb), elements(cfg.comm.inflight_mb));
+  undone_.assign(buckets_.size(), 0);
+  pending_.assign(buckets_.size(), 0);
+}
 
 DataParallel::~DataParallel() = default;
 
 void DataParallel::begin_step(const ExecSpace& exec) {
-  sharding_.begin_step(exec);
+  if (!priority_) {
+    sharding_.begin_step(exec);
+  } else {
+    // The buckets of the last step still in flight keep their gradients until applied (and
+    // cleared then).
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      if (!pending_[b]) {
+        const Sharding::UpdateSpan span = sharding_.bucket_span(b);
+        Kokkos::deep_copy(exec, VectorU<float>(span.grads, span.n), 0.0f);
+      }
+  }
   hook_comm_s_ = 0.0;  // what evaluation's forwards spent belongs to no step
 }
 
 void DataParallel::begin_backward(const ExecSpace& exec, int m, int count) {
   wait_all();
+  updates_open_ = false;  // comm.priority: this step's buckets wait for finish_step's learning rate
   // no_sync: gradients accumulate locally until the last micro-batch, where a full buffer holds them.
   sync_ = !no_sync_ || sharding_.grads_sharded() || m == count - 1;
   if (!no_sync_) sharding_.prepare_resync(exec, m == 0);
@@ -74,11 +100,23 @@ void DataParallel::end_backward(const ExecSpace& exec) {
 
 void DataParallel::before_forward(std::size_t unit) {
   const HookTimer timer(hook_comm_s_);
-  sharding_.gather(exec_, store_.bucket_of_unit(unit));
+  const std::size_t b = store_.bucket_of_unit(unit);
+  if (priority_) {
+    // The last step's update of this bucket must be in before its values are read.
+    if (sched_->unretired(b) > 0 || pending_[b]) {
+      const double t0 = StepTimer::now();
+      wait_bucket(b);
+      forward_wait_s_ += StepTimer::now() - t0;
+    }
+    ++forward_units_;
+    if (sched_->in_flight() || sched_->queued()) ++forward_overlapped_;
+  }
+  sharding_.gather(exec_, b);
 }
 
 void DataParallel::after_forward(std::size_t unit) {
   const HookTimer timer(hook_comm_s_);
+  if (priority_) poll();
   const std::size_t b = store_.bucket_of_unit(unit);
   if (unit == store_.buckets()[b].last_unit) sharding_.release(exec_, b);
 }
@@ -131,6 +169,13 @@ void DataParallel::sum_tied_gradients(const ExecSpace& exec) {
 void DataParallel::bucket_ready(std::size_t b) {
   if (!sync_) return;  // no-sync: accumulate locally until the last micro-batch
   exec_.fence();
+  if (priority_) {
+    // Its pieces queue behind those of earlier layers' buckets, ahead of later layers'.
+    pending_[b] = 1;
+    undone_[b] += sched_->add(b, store_.buckets()[b].first_unit, store_.buckets()[b].length);
+    poll();
+    return;
+  }
   // Without overlap, or for the bucket holding the first layer (the last to fill, with nothing
   // left to hide it behind), the library's blocking (tuned) collective serves best.
   start_exchange(b, !overlap_ || store_.buckets()[b].first_unit == 0);
@@ -174,10 +219,20 @@ void DataParallel::advance(std::size_t b, bool wait) {
 void DataParallel::complete(std::size_t b) { advance(b, true); }
 
 void DataParallel::poll() {
+  if (priority_) {
+    start_pieces();
+    test_pieces();
+    apply_done();
+    return;
+  }
   for (std::size_t b = 0; b < buckets_.size(); ++b) advance(b, false);
 }
 
 void DataParallel::wait_all() {
+  if (priority_) {
+    wait_bucket(static_cast<std::size_t>(-1));
+    return;
+  }
   for (std::size_t b = buckets_.size(); b-- > 0;)
     if (buckets_[b].exchanging) complete(b);
 }
@@ -191,6 +246,23 @@ double DataParallel::take_hook_comm_seconds() {
 double DataParallel::finish_step(const ExecSpace& exec, double lr, double grad_scale, bool skip_nonfinite) {
   const double t0 = StepTimer::now();
   end_backward(exec);
+  if (priority_) {
+    // No waiting: the previous step's norm (all its buckets were applied before this backward),
+    // then this step's update opens; each bucket is applied as its pieces are in.
+    finalize_norm();
+    const double previous = last_norm_;
+    opt_.begin_step();
+    lr_ = lr;
+    updates_open_ = true;
+    norm_open_ = true;
+    squares_ = 0.0;
+    poll();
+    exec.fence();
+    skipped_ = false;
+    last_comm_s_ = StepTimer::now() - t0;
+    last_update_s_ = 0.0;
+    return previous;
+  }
   wait_all();
   exec.fence();
   sum_tied_gradients(exec);
@@ -225,7 +297,103 @@ double DataParallel::finish_step(const ExecSpace& exec, double lr, double grad_s
   const double t3 = StepTimer::now();
   last_comm_s_ = (t1 - t0) + (t3 - t2);
   last_update_s_ = t2 - t1;
+  last_norm_ = norm;
   return norm;
+}
+
+// --- comm.priority --------------------------------------------------------------------------
+
+void DataParallel::start_pieces() {
+  for (const PieceScheduler::Piece& p : sched_->startable()) {
+    const Sharding::Exchange e = sharding_.exchange(p.bucket);
+    flight_.push_back({comm_.iallreduce_sum(e.send + p.offset, p.length, sharding_.group(), comm_.reduce_dtype()),
+                       p.bucket, false});
+    trace_.push_back(p.bucket);
+  }
+}
+
+void DataParallel::test_pieces() {
+  for (auto& f : flight_)
+    if (!f.seen && f.op.test()) {
+      f.seen = true;
+      piece_done(f.bucket);
+    }
+}
+
+void DataParallel::retire_oldest() {
+  Flight& f = flight_.front();
+  f.op.wait();
+  if (!f.seen) piece_done(f.bucket);
+  flight_.pop_front();
+  sched_->retire_oldest();
+}
+
+void DataParallel::piece_done(std::size_t b) { --undone_[b]; }
+
+void DataParallel::apply_done() {
+  if (!updates_open_) return;
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    if (pending_[b] && undone_[b] == 0) apply(b);
+}
+
+void DataParallel::apply(std::size_t b) {
+  // The same per-element update as the whole-store one, on this bucket's span alone; a
+  // non-finite bucket (and every one after it) leaves the parameters as they are.
+  const Sharding::UpdateSpan span = sharding_.bucket_span(b);
+  const double squares = sharding_.bucket_grad_squares(exec_, b, comm_.rank(Group::tensor) == 0);
+  squares_ += squares;
+  if (!std::isfinite(squares)) nonfinite_ = true;
+  const VectorU<float> grads(span.grads, span.n);
+  if (!nonfinite_) opt_.update(exec_, VectorU<float>(span.values, span.n), grads, lr_, span.state_offset);
+  Kokkos::deep_copy(exec_, grads, 0.0f);
+  exec_.fence();
+  pending_[b] = 0;
+}
+
+void DataParallel::wait_bucket(std::size_t b) {
+  // Pieces retire oldest first on every rank alike, so every rank starts the same next pieces.
+  const bool all = b == static_cast<std::size_t>(-1);
+  while (all ? (sched_->queued() || sched_->in_flight()) : sched_->unretired(b) > 0) {
+    start_pieces();
+    retire_oldest();
+  }
+  start_pieces();
+  test_pieces();
+  apply_done();
+}
+
+void DataParallel::finalize_norm() {
+  if (!norm_open_) return;
+  double squares = squares_;
+  if (comm_.size(Group::tensor) > 1) comm_.allreduce_sum(&squares, 1, Group::tensor);
+  last_norm_ = nonfinite_ ? std::numeric_limits<double>::quiet_NaN() : std::sqrt(squares);
+  norm_open_ = false;
+}
+
+double DataParallel::flush() {
+  if (!priority_) return last_norm_;
+  wait_bucket(static_cast<std::size_t>(-1));
+  finalize_norm();
+  return last_norm_;
+}
+
+std::string DataParallel::take_priority_report() {
+  if (!priority_) return {};
+  std::string order;
+  for (std::size_t i = 0; i < trace_.size();) {
+    std::size_t j = i;
+    while (j < trace_.size() && trace_[j] == trace_[i]) ++j;
+    order += fmt::format("{}b{}x{}", order.empty() ? "" : " ", trace_[i], j - i);
+    i = j;
+  }
+  const std::string line = fmt::format(
+      "priority: pieces sent (bucket x pieces, bucket 0 holds the first layers): {}; forward units run "
+      "with pieces in flight: {} of {}; waited for a bucket in forward {:.4f} s",
+      order.empty() ? "none" : order, forward_overlapped_, forward_units_, forward_wait_s_);
+  trace_.clear();
+  forward_units_ = forward_overlapped_ = 0;
+  forward_wait_s_ = 0.0;
+  return line;
 }
 
 }  // namespace tessera

@@ -12,7 +12,18 @@
 // MPI's nonblocking collective, completed later (the bucket of the first layer, last to fill,
 // blocking); with it off, or an allreduce of comm.allreduce = ring | parameter-server, by a
 // blocking call there.
+//
+// comm.priority (zero 0): each bucket's exchange goes in pieces (PieceScheduler: the buckets of
+// the first layers first, a bound on the bytes in flight), and finish_step does not wait for
+// them: a bucket is updated when its last piece is in, at the latest in the next step's
+// before_forward of its units, so that step's forward of the first layers runs while the later
+// layers' bytes still travel. finish_step then returns the previous step's gradient norm (0 at
+// the first); flush() completes and applies everything (before a checkpoint, an evaluation, a
+// replica check, the end). A bucket with a non-finite gradient is not applied, nor any after it.
 #include <cstddef>
+#include <deque>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -20,6 +31,7 @@
 #include "nn/hooks.hpp"
 #include "nn/param_store.hpp"
 #include "optim/optimizer.hpp"
+#include "train/piece_scheduler.hpp"
 #include "train/sharding.hpp"
 
 namespace tessera {
@@ -44,6 +56,14 @@ class DataParallel final : public nn::LayerHooks {
   /// and optimizer state stay as they were; skipped() says so).
   double finish_step(const ExecSpace& exec, double lr, double grad_scale = 1.0, bool skip_nonfinite = false);
   bool skipped() const { return skipped_; }
+  /// \brief comm.priority: waits for every piece, applies every pending update and returns the
+  /// gradient norm of the last finished step (NaN where a bucket was non-finite); otherwise just
+  /// that norm. Collective over the tensor group; every rank calls it at the same points.
+  double flush();
+  /// \brief comm.priority: one line on the pieces started since the last call (buckets in the
+  /// order sent, run-length) and how the forwards ran (units run with pieces in flight, time
+  /// waited for a bucket); empty otherwise.
+  std::string take_priority_report();
 
   // nn::LayerHooks
   void before_forward(std::size_t unit) override;
@@ -75,6 +95,18 @@ class DataParallel final : public nn::LayerHooks {
   /// Sums a tied parameter's gradient (the first stage's original, the last stage's copy).
   void sum_tied_gradients(const ExecSpace& exec);
 
+  // comm.priority
+  struct Flight;
+  void start_pieces();
+  void retire_oldest();
+  void test_pieces();
+  void piece_done(std::size_t b);
+  void apply_done();
+  void apply(std::size_t b);
+  /// Retires pieces oldest first until bucket b has none left (or every bucket: npos), applies.
+  void wait_bucket(std::size_t b);
+  void finalize_norm();
+
   const Config& cfg_;
   const Communicator& comm_;
   nn::ParamStore<float>& store_;
@@ -87,6 +119,19 @@ class DataParallel final : public nn::LayerHooks {
   double hook_comm_s_ = 0.0, last_comm_s_ = 0.0, last_update_s_ = 0.0;
   std::size_t last_started_ = static_cast<std::size_t>(-1);  // the newest exchange started
   bool skipped_ = false;
+
+  bool priority_ = false;
+  std::unique_ptr<PieceScheduler> sched_;
+  std::deque<Flight> flight_;           // the pieces in flight, oldest first (sched_'s order)
+  std::vector<std::size_t> undone_;     // per bucket: pieces not yet seen complete
+  std::vector<char> pending_;           // per bucket: exchanged this step, not yet applied
+  bool updates_open_ = false;           // finish_step began the step's update: lr_ holds
+  bool norm_open_ = false;              // squares_ of a finished step not yet reduced
+  bool nonfinite_ = false;
+  double lr_ = 0.0, squares_ = 0.0, last_norm_ = 0.0;
+  std::vector<std::size_t> trace_;      // buckets of the pieces started since the last report
+  std::size_t forward_units_ = 0, forward_overlapped_ = 0;
+  double forward_wait_s_ = 0.0;
 };
 
 }  // namespace tessera

@@ -192,6 +192,24 @@ std::vector<Sharding::UpdateSpan> Sharding::update_spans() const {
   return spans;
 }
 
+Sharding::UpdateSpan Sharding::bucket_span(std::size_t b) const {
+  if (state_sharded_) throw std::logic_error("tessera::Sharding::bucket_span: the state is sharded");
+  const nn::Bucket& bucket = store_->buckets()[b];
+  return {store_->values().data() + bucket.offset, store_->grads().data() + bucket.offset, bucket.length,
+          bucket.offset};
+}
+
+double Sharding::bucket_grad_squares(const ExecSpace& exec, std::size_t b, bool tensor_root) const {
+  if (state_sharded_) throw std::logic_error("tessera::Sharding::bucket_grad_squares: the state is sharded");
+  const auto& infos = store_->infos();
+  const nn::Bucket& bucket = store_->buckets()[b];
+  double squares = 0.0;
+  for (std::size_t i = bucket.first_param; i < bucket.end_param; ++i)
+    if ((tensor_root || infos[i].tensor_sharded) && infos[i].tie != nn::Tie::copy)
+      squares += kernels::sum_squares(exec, store_->grad(i));
+  return squares;
+}
+
 void Sharding::after_update(const ExecSpace& exec) {
   if (!state_sharded_ || values_sharded_) return;
   exec.fence();

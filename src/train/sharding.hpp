@@ -130,6 +130,11 @@ class Sharding {
   double grad_squares(const ExecSpace& exec, bool tensor_root) const;
   /// \brief The spans the optimizer updates on this rank.
   std::vector<UpdateSpan> update_spans() const;
+  /// \brief comm.priority (zero 0 only): bucket b's span alone, to update it as its exchange ends.
+  /// Throws std::logic_error where the state is sharded.
+  UpdateSpan bucket_span(std::size_t b) const;
+  /// \brief comm.priority (zero 0 only): grad_squares' part of bucket b's parameters, on this rank.
+  double bucket_grad_squares(const ExecSpace& exec, std::size_t b, bool tensor_root) const;
   /// \brief After the update: every rank gets what the others updated (allgather of the chunks
   /// where values are full but the update sharded). Collective over group().
   void after_update(const ExecSpace& exec);

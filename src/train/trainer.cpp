@@ -415,6 +415,7 @@ double Trainer::update(double lr, float loss_scale) {
                           state_.step + 1, loss_scale, scaler_->scale()));
   timer_.add(Phase::allreduce, dp_->last_comm_seconds());
   timer_.add(Phase::optimizer, dp_->last_update_seconds());
+  if (cfg_.comm.priority && state_.step < 3) out_->log(fmt::format("step {}: {}", state_.step + 1, dp_->take_priority_report()));
   return grad_norm;
 }
 
@@ -432,17 +433,28 @@ double Trainer::reduce_and_decide(double loss_sum, double grad_norm, double batc
   save_written_ = reduced[3] == static_cast<double>(comm_.size());
   const double loss = reduced[0] / batch_size;
   last_grad_norm_ = grad_norm;
-  if (!dp_->skipped() && (reduced[1] > 0.0 || !std::isfinite(loss))) {
-    finish_checkpoint();  // the one in flight is of an earlier, good step
-    const std::string latest = last_checkpoint_step_ >= 0 ? fmt::format("step {}", last_checkpoint_step_) : "none";
-    write_summary("numerical_failure");
-    throw NumericError(fmt::format(
-        "non-finite loss or gradient at step {} (loss {}, gradient norm {}); the run stopped "
-        "before saving anything of this step, and the newest checkpoint ({}) is intact. "
-        "---> HINT: lower optimizer.lr or set optimizer.clip_grad_norm",
-        state_.step + 1, loss, grad_norm, latest));
-  }
+  if (!dp_->skipped() && (reduced[1] > 0.0 || !std::isfinite(loss))) numerical_failure(state_.step + 1, loss, grad_norm);
   return loss;
+}
+
+void Trainer::numerical_failure(std::int64_t step, double loss, double grad_norm) {
+  finish_checkpoint();  // the one in flight is of an earlier, good step
+  const std::string latest = last_checkpoint_step_ >= 0 ? fmt::format("step {}", last_checkpoint_step_) : "none";
+  write_summary("numerical_failure");
+  throw NumericError(fmt::format(
+      "non-finite loss or gradient at step {} (loss {}, gradient norm {}); the run stopped "
+      "before saving anything of this step, and the newest checkpoint ({}) is intact. "
+      "---> HINT: lower optimizer.lr or set optimizer.clip_grad_norm",
+      step, loss, grad_norm, latest));
+}
+
+// comm.priority: a step's buckets are applied as their pieces arrive, at the latest in the next
+// forward; whatever reads the parameters between steps first has them all in (and the run stops
+// as after a step where a bucket's gradient was non-finite: that bucket never reached them).
+void Trainer::settle() {
+  if (!cfg_.comm.priority) return;
+  last_grad_norm_ = dp_->flush();
+  if (!std::isfinite(last_grad_norm_)) numerical_failure(state_.step, last_loss_, last_grad_norm_);
 }
 
 void Trainer::log_progress(double lr, double loss, double grad_norm) {
@@ -484,6 +496,7 @@ void Trainer::log_progress(double lr, double loss, double grad_norm) {
 }
 
 EvalResult Trainer::run_eval() {
+  settle();
   last_eval_ = evaluate(cfg_, comm_, *model_, *test_);
   last_eval_step_ = state_.step;
   out_->log(fmt::format("eval  step {} epoch {}: test loss {:.4f}{}{} ({} samples)", state_.step,
@@ -506,6 +519,7 @@ EvalResult Trainer::run_eval() {
 }
 
 void Trainer::checkpoint() {
+  settle();
   const double t0 = StepTimer::now();
   const auto watch = comm_.watch("checkpoint write", Group::world);
   if (!cfg_.checkpoint.async) {
@@ -578,8 +592,10 @@ ExitCode Trainer::run() {
     if (test_ && ((epoch_end && cfg_.eval.every_epoch) ||
                   (cfg_.eval.every_steps > 0 && state_.step % cfg_.eval.every_steps == 0)))
       run_eval();
-    if (cfg_.train.check_replicas_every > 0 && state_.step % cfg_.train.check_replicas_every == 0)
+    if (cfg_.train.check_replicas_every > 0 && state_.step % cfg_.train.check_replicas_every == 0) {
+      settle();
       check_replicas(cfg_, comm_, *model_, *dp_, state_.step);
+    }
     // An asynchronous save whose every part is written (the step's reduction said so) is
     // completed here, between steps.
     if (save_written_) finish_checkpoint();
@@ -587,6 +603,7 @@ ExitCode Trainer::run() {
       checkpoint();
     if (stop_requested_) return stop();
   }
+  settle();
   if (test_ && cfg_.eval.at_end && last_eval_step_ != state_.step) run_eval();
   if (cfg_.checkpoint.at_end && last_checkpoint_step_ != state_.step) checkpoint();
   finish_checkpoint();

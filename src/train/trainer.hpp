@@ -91,6 +91,9 @@ class Trainer {
   void checkpoint();
   /// Completes the asynchronous save in flight, if any (waits for the writers). Collective.
   void finish_checkpoint();
+  /// comm.priority: every pending update applied before the parameters are read between steps.
+  void settle();
+  [[noreturn]] void numerical_failure(std::int64_t step, double loss, double grad_norm);
   std::int64_t total_steps() const;
   ExitCode stop();
   void log_memory();

@@ -441,6 +441,18 @@ TEST(Layout, BatchMustSplitEvenly) {
   expect_input_error([&] { tessera::resolve_layout(tiny, 4); }, {"e.g. 4)"});
 }
 
+TEST(Deck, PriorityRefusesWhatNeedsEveryBucketBeforeAnUpdate) {
+  const std::string on = "[comm]\npriority = true\n";
+  for (const auto& [text, key] : std::vector<std::pair<std::string, std::string>>{
+           {"[optimizer]\nclip_grad_norm = 1.0\n" + on, "optimizer.clip_grad_norm"},
+           {"[train]\nprecision = \"fp16\"\n" + on, "train.precision"},
+           {"[parallel]\nzero = 1\n" + on, "parallel.zero"},
+           {"[parallel]\nmicro_batches = 2\n" + on + "no_sync = false\n", "comm.no_sync"},
+           {on + "allreduce = \"ring\"\n", "comm.allreduce"}})
+    expect_input_error([&] { load_deck(write_deck("prio.toml", text), {}); }, {"prio.toml", "comm.priority", key});
+  EXPECT_NO_THROW(load_deck(write_deck("prio_ok.toml", on), {}));
+}
+
 // --- Docs -----------------------------------------------------------------------------------
 
 TEST(Deck, DocsDocumentEveryKey) {
