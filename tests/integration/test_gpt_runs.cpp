@@ -164,11 +164,13 @@ TEST(Gpt, GenerationIsAPureFunctionOfTheSeed) {
   EXPECT_EQ(gen(1, "--temperature 0"), gen(1, "--temperature 0 --seed 99"));  // greedy ignores the seed
 }
 
-// bf16 and fp16 track the fp32 curve: the same 30 steps within a tolerance about 8x what was
-// measured here (bf16 1.2e-4, fp16 1.3e-5 relative at most), documented in docs/precision.md.
+// bf16 and fp16 track the fp32 curve: the same 30 steps within 1e-3 relative, documented in
+// docs/precision.md. The corpus is the repository's own docs, so what is measured moves as they
+// change (fp16 1.3e-5 to 2.4e-4, bf16 1.2e-4 to 4.3e-4): fp16 keeps more mantissa bits than
+// bf16 and gets the same tolerance, not one tuned to one version of the text.
 TEST(Gpt, MixedPrecisionTracksFp32) {
   const auto ref = train_losses(reference());
-  for (const auto& [precision, tolerance] : {std::pair{"bf16", 1e-3}, std::pair{"fp16", 2e-4}}) {
+  for (const auto& [precision, tolerance] : {std::pair{"bf16", 1e-3}, std::pair{"fp16", 1e-3}}) {
     SCOPED_TRACE(precision);
     const std::string dir = fresh_dir(std::string("gpt_") + precision);
     const RunResult r = tessera(2, gpt_args(dir, std::string("--set train.precision=") + precision +
