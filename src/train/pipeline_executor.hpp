@@ -37,11 +37,12 @@ struct MicroBatches {
   int count = 0;
   /// This data rank's samples of micro-batch m (every stage: the row count travels with them).
   std::function<std::span<const std::int64_t>(int m)> samples;
-  /// Reads samples into device buffers; called on the first and last stages only, collective
-  /// over the data group (its ranks are all the same stage, so the calls stay matched).
+  /// Reads samples into device buffers; called only for the forwards of the model's first chunk
+  /// (the first stage) and last chunk (the last stage), collective over the data group (its
+  /// ranks are all the same stage and run the same ops, so the calls stay matched).
   std::function<MicroBatch(std::span<const std::int64_t> samples)> read;
-  /// Last stage: the loss of the micro-batch of `rows` > 0 samples in `slot`, which writes the
-  /// gradient of its output for backward.
+  /// The model's last chunk: the loss of the micro-batch of `rows` > 0 samples in `slot`, which
+  /// writes the gradient of its output for backward.
   std::function<void(int slot, int rows, const MicroBatch& data)> loss;
 };
 
@@ -79,7 +80,8 @@ class PipelineExecutor {
   /// Reads micro-batch samples where chunk c needs them (the model's first or last chunk).
   MicroBatch read(const ExecSpace& exec, const MicroBatches& batches, int chunk, std::span<const std::int64_t> samples);
   /// Reads the op's micro-batch, keeps within `bound` live slots, receives its input, runs the
-  /// chunk's forward (and the loss on the model's last chunk) and starts sending its output.
+  /// chunk's forward (and the loss on the model's last chunk) and starts sending its output;
+  /// eval: with evaluation's tags.
   void forward(const ExecSpace& exec, const MicroBatches& batches, const PipelineOp& op, int bound, InFlight& f,
                bool eval = false);
   /// Receives the op's output gradient, runs the chunk's backward (its k-th of count this step),

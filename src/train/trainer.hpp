@@ -51,8 +51,8 @@ std::uint64_t data_cache_limit(const Communicator& comm);
 int micro_batch_rows(const Config& cfg);
 
 /// \brief The part of the model this rank holds under the deck's layout: its pipeline stage's
-/// layers (its chunks of them under parallel.virtual_stages) and its tensor rank's blocks (tensor sums through comm, their time added to
-/// *tensor_seconds when given).
+/// layers (its chunks of them under parallel.virtual_stages) and its tensor rank's blocks
+/// (tensor sums through comm, their time added to *tensor_seconds when given).
 ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelShape& shape,
                      double* tensor_seconds = nullptr);
 

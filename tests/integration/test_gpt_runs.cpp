@@ -97,8 +97,9 @@ TEST(Gpt, InterleavedStagesTrainTheSameModel) {
   const std::string four = "--set model.layers=4";
   const std::string ref = fresh_dir("gpt_v_ref");
   ASSERT_EQ(tessera(1, gpt_args(ref, four)).exit_code, 0);
-  for (const auto& [ranks, args] : {std::pair{2, layout(1, 1, 2) + " --set parallel.micro_batches=2"},
-                                    std::pair{4, layout(2, 1, 2) + " --set parallel.micro_batches=4 --set parallel.zero=2"}}) {
+  const std::string two_stages = layout(1, 1, 2) + " --set parallel.micro_batches=2";
+  const std::string with_data = layout(2, 1, 2) + " --set parallel.micro_batches=4 --set parallel.zero=2";
+  for (const auto& [ranks, args] : {std::pair{2, two_stages}, std::pair{4, with_data}}) {
     SCOPED_TRACE(args);
     const std::string dir = fresh_dir("gpt_v2");
     const RunResult r = tessera(ranks, gpt_args(dir, four + " --set parallel.virtual_stages=2 " + args));

@@ -83,7 +83,8 @@ TEST(Layouts, ZeroStagesOnModelParallelLayouts) {
 // Four layers: two stages of two chunks each.
 const std::string kFourLayers = "--set model.hidden=[64,32,32]";
 std::string interleaved(int v, int micro) {
-  return fmt::format("--set parallel.pipeline=2 --set parallel.virtual_stages={} --set parallel.micro_batches={}", v, micro);
+  return fmt::format("--set parallel.pipeline=2 --set parallel.virtual_stages={} --set parallel.micro_batches={}",
+                     v, micro);
 }
 
 TEST(Layouts, InterleavedStagesTrainTheSameModel) {
