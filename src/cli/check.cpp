@@ -93,9 +93,11 @@ Plan plan_placement(const Config& cfg, int ranks, int ranks_per_node) {
 // Which world ranks form each group of the grid rank = s + sp*(t + tp*(d + dp*p)), on which hosts.
 void print_groups(const Config& cfg, int ranks, const Plan& plan) {
   const int dp = cfg.parallel.data, tp = cfg.parallel.tensor, pp = cfg.parallel.pipeline, sp = cfg.parallel.spatial;
-  std::cout << fmt::format("layout: data {} x tensor {} x pipeline {}{} = {} ranks, micro-batches {}, zero {}\n",
+  const int v = cfg.parallel.virtual_stages;
+  std::cout << fmt::format("layout: data {} x tensor {} x pipeline {}{} = {} ranks, micro-batches {}{}, zero {}\n",
                            dp, tp, pp, sp > 1 ? fmt::format(" x spatial {}", sp) : "", ranks,
-                           cfg.parallel.micro_batches, cfg.parallel.zero);
+                           cfg.parallel.micro_batches,
+                           v > 1 ? fmt::format(", {} chunks per stage (interleaved 1F1B)", v) : "", cfg.parallel.zero);
   for (const auto& g : grid_groups(dp, tp, pp, sp))
     std::cout << fmt::format("  {}: ranks [{}]{}\n", g.name, fmt::join(g.ranks, ","),
                              plan.places.empty()

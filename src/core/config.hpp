@@ -68,7 +68,8 @@ struct ParallelConfig {
   int pipeline = 1;
   int micro_batches = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  std::vector<int> stages;  ///< layers per pipeline stage; empty: balanced by cost
+  std::vector<int> stages;  ///< layers per pipeline chunk (pipeline * virtual_stages); empty: balanced by cost
+  int virtual_stages = 1;   ///< chunks per pipeline stage (interleaved 1F1B)
   int zero = 0;
   int spatial = 1;            ///< ranks sharing each sample's grid (blocks of rows; unet only)
   ZeroGroup zero_group = ZeroGroup::replica;  ///< shard over the replica group, or within each node

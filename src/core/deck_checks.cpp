@@ -171,13 +171,47 @@ void resolve_layout(Config& cfg, int world_size) {
     fail("parallel.pipeline", fmt::format("{} stages for a model of {} {}; at most one stage per "
                                           "{} (set parallel.pipeline <= {})", p.pipeline, layers,
                                           gpt ? "blocks" : "layers", gpt ? "block" : "layer", layers));
+  if (p.virtual_stages > 1) {
+    // Interleaved 1F1B: v chunks per stage, micro-batches in groups of the stages.
+    const int v = p.virtual_stages;
+    if (p.pipeline < 2)
+      fail("parallel.virtual_stages", fmt::format("{} chunks per stage interleave the stages of a pipeline, but "
+                                                  "parallel.pipeline = 1 (set parallel.pipeline >= 2 or "
+                                                  "parallel.virtual_stages = 1)", v));
+    if (p.schedule != PipelineSchedule::one_f_one_b)
+      fail("parallel.virtual_stages", fmt::format("{} chunks per stage run the interleaved 1F1B schedule; "
+                                                  "parallel.schedule = \"gpipe\" has no interleaved form (set "
+                                                  "parallel.schedule = \"1f1b\" or parallel.virtual_stages = 1)", v));
+    if (static_cast<long long>(p.pipeline) * v > layers)
+      fail("parallel.virtual_stages", fmt::format("pipeline={} x virtual_stages={} = {} chunks for a model of {} {}; "
+                                                  "at most one chunk per {} (set parallel.virtual_stages <= {})",
+                                                  p.pipeline, v, static_cast<long long>(p.pipeline) * v, layers,
+                                                  gpt ? "blocks" : "layers", gpt ? "block" : "layer",
+                                                  layers / p.pipeline));
+    if (p.micro_batches % p.pipeline != 0)
+      fail("parallel.micro_batches", fmt::format("{} with parallel.virtual_stages = {}: the interleaved schedule "
+                                                 "runs micro-batches in groups of parallel.pipeline = {}; allowed: a "
+                                                 "multiple of {}", p.micro_batches, v, p.pipeline, p.pipeline));
+    if (static_cast<long long>(p.micro_batches) * v > (1 << 20))
+      fail("parallel.micro_batches", fmt::format("{} x parallel.virtual_stages = {} chunk passes per step; at "
+                                                 "most 2^20", p.micro_batches, v));
+    if (p.zero == 0 && !cfg.comm.no_sync)
+      fail("comm.no_sync", fmt::format("false with parallel.virtual_stages = {} and parallel.zero = 0: exchanging "
+                                       "every micro-batch in place needs each backward to reach every layer of "
+                                       "the stage, and an interleaved chunk's reaches its own only (set "
+                                       "comm.no_sync = true, or parallel.zero >= 1)", v));
+  }
+  const long long chunks = static_cast<long long>(p.pipeline) * p.virtual_stages;
   if (!p.stages.empty()) {
     int sum = 0;
     for (int n : p.stages) sum += n;
-    if (static_cast<int>(p.stages.size()) != p.pipeline || sum != layers)
+    if (static_cast<long long>(p.stages.size()) != chunks || sum != layers)
       fail("parallel.stages", fmt::format("[{}] gives {} stages of {} layers in all; the deck asks for "
-                                          "{} stages (parallel.pipeline) of the model's {} layers",
-                                          fmt::join(p.stages, ", "), p.stages.size(), sum, p.pipeline, layers));
+                                          "{} {} of the model's {} layers",
+                                          fmt::join(p.stages, ", "), p.stages.size(), sum, chunks,
+                                          p.virtual_stages > 1 ? "chunks (parallel.pipeline x parallel.virtual_stages)"
+                                                               : "stages (parallel.pipeline)",
+                                          layers));
   }
 
   // Resolve data = 0 and check that the grid fills the world.

@@ -24,6 +24,13 @@ void ParamStore<T>::begin_unit(bool solo) {
 }
 
 template <class T>
+void ParamStore<T>::begin_bucket() {
+  begin_unit();
+  bucket_start_.resize(units_, false);
+  bucket_start_[units_ - 1] = true;
+}
+
+template <class T>
 std::size_t ParamStore<T>::add(const std::string& name, std::vector<std::int64_t> shape,
                                InitKind init, double bound, Placement placement) {
   if (planned_) throw std::logic_error(fmt::format("tessera::ParamStore::add('{}') after plan()", name));
@@ -75,6 +82,7 @@ void ParamStore<T>::plan(int shards, std::size_t bucket_elements) {
   }
   std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [first_unit, last_unit], backwards
   solo_.resize(units_, false);
+  bucket_start_.resize(units_, false);
   std::size_t open_last = units_ - 1, filled = 0;
   for (std::size_t u = units_; u-- > 0;) {
     if (solo_[u] && filled > 0) {  // close the bucket after the solo unit
@@ -83,7 +91,7 @@ void ParamStore<T>::plan(int shards, std::size_t bucket_elements) {
       open_last = u;
     }
     filled += unit_size[u];
-    if (filled >= bucket_elements || u == 0 || solo_[u] || solo_[u - 1]) {
+    if (filled >= bucket_elements || u == 0 || solo_[u] || solo_[u - 1] || bucket_start_[u]) {
       ranges.emplace_back(u, open_last);
       filled = 0;
       open_last = u - 1;

@@ -89,6 +89,10 @@ class ParamStore {
   /// whose bucket must be laid out alike on the two stages that hold it).
   void begin_unit(bool solo = false);
 
+  /// \brief Starts a new unit that also starts a new bucket: no bucket holds units from both
+  /// sides of this point (a pipeline stage's interleaved chunks, whose backwards run apart).
+  void begin_bucket();
+
   /// \brief Registers a parameter; returns its index. Throws std::logic_error after plan() or
   /// allocate(), or for a repeated name, std::invalid_argument for a negative extent.
   std::size_t add(const std::string& name, std::vector<std::int64_t> shape, InitKind init,
@@ -158,6 +162,7 @@ class ParamStore {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> unit_bucket_;
   std::vector<bool> solo_;  // per unit begun: solo or not
+  std::vector<bool> bucket_start_;  // per unit begun: begin_bucket() started it
   std::size_t units_ = 1;
   int shards_ = 1;
   std::size_t size_ = 0;

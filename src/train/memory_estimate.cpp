@@ -61,7 +61,9 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     // the head's logits and their gradient (2V/tp) and
     // ln_f. Recomputation keeps the block outputs only, plus one block's set shared by all.
     const std::int64_t C = cfg.model.width, T = cfg.model.context, tp = cfg.parallel.tensor;
-    const std::int64_t L = cfg.model.layers / cfg.parallel.pipeline + (cfg.model.layers % cfg.parallel.pipeline ? 1 : 0);
+    // Blocks a stage holds: v chunks of at most ceil(layers / (pp v)) under interleaving.
+    const std::int64_t chunks = std::int64_t{cfg.parallel.pipeline} * cfg.parallel.virtual_stages;
+    const std::int64_t L = cfg.parallel.virtual_stages * ((cfg.model.layers + chunks - 1) / chunks);
     const auto scores = static_cast<std::int64_t>(nn::attention_scores_width(static_cast<std::size_t>(T)));
     const double block = static_cast<double>(3 * C + 12 * C / tp + cfg.model.heads / tp * scores + 4);
     const double per_token = static_cast<double>(L * C) + (cfg.train.recompute ? 0.0 : static_cast<double>(L) * block);

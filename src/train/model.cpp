@@ -29,13 +29,13 @@ std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape) {
     for (std::size_t i = 0; i + 1 < widths.size(); ++i)
       cost.push_back(static_cast<double>(widths[i] * widths[i + 1]));
   }
-  const int layers = static_cast<int>(cost.size()), stages = cfg.parallel.pipeline;
+  const int layers = static_cast<int>(cost.size()), stages = cfg.parallel.pipeline * cfg.parallel.virtual_stages;
   std::vector<int> bounds{0};
   if (!cfg.parallel.stages.empty()) {
     for (int n : cfg.parallel.stages) bounds.push_back(bounds.back() + n);
     return bounds;
   }
-  // Contiguous stages minimising the costliest one (multiply-adds per sample): a small DP.
+  // Contiguous chunks minimising the costliest one (multiply-adds per sample): a small DP.
   std::vector<double> prefix{0.0};
   for (int i = 0; i < layers; ++i) prefix.push_back(prefix.back() + cost[static_cast<std::size_t>(i)]);
   const double inf = std::numeric_limits<double>::infinity();
@@ -52,6 +52,15 @@ std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape) {
   std::vector<int> back{layers};
   for (int s = stages, i = layers; s > 0; --s) back.push_back(i = cut[s][i]);
   return {back.rbegin(), back.rend()};
+}
+
+std::vector<LayerRange> stage_chunks(const Config& cfg, const std::vector<int>& bounds, int stage) {
+  std::vector<LayerRange> chunks;
+  for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
+    const auto j = static_cast<std::size_t>(c * cfg.parallel.pipeline + stage);
+    chunks.push_back({bounds.at(j), bounds.at(j + 1)});
+  }
+  return chunks;
 }
 
 void check_model_size(const Config& cfg, const ModelShape& shape) {
@@ -206,10 +215,12 @@ nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape) {
 }
 
 std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, const Config& cfg,
-                                                 const ModelShape& shape, ModelPart part) {
+                                                 const ModelShape& shape, const ModelPart& part,
+                                                 std::size_t chunk) {
+  const LayerRange layers = part.chunks.at(chunk);
   if (cfg.model.kind == ModelKind::unet) {
     nn::UNet<float>::Part p;
-    p.halo = std::move(part.halo);
+    p.halo = part.halo;
     p.overlap = part.halo_overlap;
     return std::make_unique<nn::UNet<float>>(store, unet_shape(cfg, shape), std::move(p));
   }
@@ -217,25 +228,25 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
     nn::Cnn<float>::Part p;
     p.tp = part.tp;
     p.t = part.t;
-    p.tensor_sum = std::move(part.tensor_sum);
+    p.tensor_sum = part.tensor_sum;
     return std::make_unique<nn::Cnn<float>>(store, cnn_shape(cfg, shape), std::move(p));
   }
   if (cfg.model.kind == ModelKind::gpt) {
     nn::Gpt<float>::Part p;
-    p.first_block = part.first_layer;
-    p.end_block = part.end_layer;
+    p.first_block = layers.first;
+    p.end_block = layers.end;
     p.tp = part.tp;
     p.t = part.t;
-    p.tensor_sum = std::move(part.tensor_sum);
+    p.tensor_sum = part.tensor_sum;
     p.recompute = cfg.train.recompute;
     return std::make_unique<nn::Gpt<float>>(store, gpt_shape(cfg, shape), std::move(p));
   }
   nn::Mlp<float>::Part p;
-  p.first_layer = part.first_layer;
-  p.end_layer = part.end_layer;
+  p.first_layer = layers.first;
+  p.end_layer = layers.end;
   p.tp = part.tp;
   p.t = part.t;
-  p.tensor_sum = std::move(part.tensor_sum);
+  p.tensor_sum = part.tensor_sum;
   return std::make_unique<nn::Mlp<float>>(store, static_cast<int>(shape.in_features),
                                           cfg.model.hidden, static_cast<int>(shape.outputs),
                                           cfg.model.activation, std::move(p));
@@ -281,29 +292,52 @@ Model::Model(const Config& cfg, const ModelShape& shape, int max_batch, const Pa
              ModelPart part)
     : shape_(shape), max_batch_(max_batch), store_(std::make_unique<nn::ParamStore<float>>()) {
   halo_ = part.halo;
-  net_ = make_network(*store_, cfg, shape, std::move(part));
+  std::vector<std::pair<std::size_t, std::size_t>> params;  // per chunk: its parameters [first, end)
+  for (std::size_t c = 0; c < part.chunks.size(); ++c) {
+    // A chunk's backwards run apart from the others': each completes its own buckets.
+    if (c > 0) store_->begin_bucket();
+    const std::size_t first = store_->infos().size();
+    nets_.push_back(make_network(*store_, cfg, shape, part, c));
+    params.emplace_back(first, store_->infos().size());
+  }
   store_->plan(layout.shards, layout.bucket_elements);
   store_->allocate(layout.storage);
   if (layout.storage.full_values) store_->initialize(ExecSpace(), cfg.run.seed);
-  net_->reserve(max_batch);
+  const auto& infos = store_->infos();
+  for (const auto& [first, end] : params)
+    units_.emplace_back(first < end ? infos[first].unit : 0, first < end ? infos[end - 1].unit + 1 : 0);
+  for (auto& net : nets_) net->reserve(max_batch);
 }
 
 void Model::set_hooks(nn::LayerHooks* hooks) {
   hooks_ = hooks;
-  net_->set_hooks(hooks);
+  for (auto& net : nets_) net->set_hooks(hooks);
 }
 
-void Model::idle_forward() {
+int Model::acquire(int c, int rows) {
+  const int slot = net(c).acquire(rows);
+  peak_ = std::max(peak_, ++live_);
+  return slot;
+}
+
+void Model::release(int c, int slot) {
+  net(c).release(slot);
+  --live_;
+}
+
+void Model::idle_forward(int c) {
   if (!hooks_) return;
-  for (std::size_t u = 0; u < store_->units(); ++u) {
+  const auto [first, end] = units_.at(static_cast<std::size_t>(c));
+  for (std::size_t u = first; u < end; ++u) {
     hooks_->before_forward(u);
     hooks_->after_forward(u);
   }
 }
 
-void Model::idle_backward() {
+void Model::idle_backward(int c) {
   if (!hooks_) return;
-  for (std::size_t u = store_->units(); u-- > 0;) {
+  const auto [first, end] = units_.at(static_cast<std::size_t>(c));
+  for (std::size_t u = end; u-- > first;) {
     hooks_->before_backward(u);
     hooks_->after_backward(u);
   }
@@ -311,7 +345,7 @@ void Model::idle_backward() {
 
 LossSums Model::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
                      MatrixU<const float> targets, float scale) {
-  return net_->loss(exec, slot, shape_.classification ? labels : VectorU<const std::int32_t>(),
+  return nets_.back()->loss(exec, slot, shape_.classification ? labels : VectorU<const std::int32_t>(),
                     targets, scale);
 }
 

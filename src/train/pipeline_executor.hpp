@@ -1,12 +1,14 @@
 #pragma once
-// The pipeline executor: runs micro-batches through this rank's pipeline stage. Training runs
-// every forward and backward of a step in the schedule's order (train/pipeline.hpp); evaluation
-// runs forwards only, one micro-batch after another. Activations go down the pipeline and their
-// gradients back up with nonblocking sends and blocking receives on the pipeline communicator:
-// the wait in a receive is the bubble, timed as Phase::pipeline. A micro-batch's activation
-// slot retires when its backward is done and is released once its sends have completed; a new
-// forward waits for a retiring slot only where it would exceed the schedule's bound on live
-// slots (peak_in_flight).
+// The pipeline executor: runs micro-batches through this rank's pipeline stage, one chunk of the
+// model or, under parallel.virtual_stages = v, v interleaved chunks (chunk c of stage s is the
+// model's chunk c * pp + s). Training runs every forward and backward of a step in the schedule's
+// order (train/pipeline.hpp); evaluation runs forwards only, one micro-batch after another.
+// Activations go down the pipeline (from chunk c of the last stage to chunk c + 1 of the first)
+// and their gradients back up with nonblocking sends and blocking receives on the pipeline
+// communicator: the wait in a receive is the bubble, timed as Phase::pipeline. A micro-batch's
+// activation slot of a chunk retires when its backward is done and is released once its sends
+// have completed; a new forward waits for a retiring slot only where it would exceed the
+// schedule's bound on live slots (slot_bound: peak_in_flight, plus one when interleaved).
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -35,11 +37,12 @@ struct MicroBatches {
   int count = 0;
   /// This data rank's samples of micro-batch m (every stage: the row count travels with them).
   std::function<std::span<const std::int64_t>(int m)> samples;
-  /// Reads samples into device buffers; called on the first and last stages only, collective
-  /// over the data group (its ranks are all the same stage, so the calls stay matched).
+  /// Reads samples into device buffers; called only for the forwards of the model's first chunk
+  /// (the first stage) and last chunk (the last stage), collective over the data group (its
+  /// ranks are all the same stage and run the same ops, so the calls stay matched).
   std::function<MicroBatch(std::span<const std::int64_t> samples)> read;
-  /// Last stage: the loss of the micro-batch of `rows` > 0 samples in `slot`, which writes the
-  /// gradient of its output for backward.
+  /// The model's last chunk: the loss of the micro-batch of `rows` > 0 samples in `slot`, which
+  /// writes the gradient of its output for backward.
   std::function<void(int slot, int rows, const MicroBatch& data)> loss;
 };
 
@@ -70,17 +73,25 @@ class PipelineExecutor {
   };
   // Activation slots whose micro-batch is done but whose sends may still be in flight.
   struct Retiring {
-    int slot = -1;
+    int chunk = 0, slot = -1;
     std::vector<PendingOp> sends;
   };
 
-  MicroBatch read(const ExecSpace& exec, const MicroBatches& batches, std::span<const std::int64_t> samples);
-  /// Reads micro-batch m, keeps within `bound` live slots, receives its input, runs its forward
-  /// (and the loss on the last stage) and starts sending its output.
-  void forward(const ExecSpace& exec, const MicroBatches& batches, int m, int tag, int bound, InFlight& f);
-  /// Receives micro-batch m's output gradient, runs its backward (the `backwards`-th of the
-  /// step), starts sending its input gradient and retires its slot.
-  void backward(const ExecSpace& exec, DataParallel& dp, int m, int backwards, InFlight& f);
+  /// Reads micro-batch samples where chunk c needs them (the model's first or last chunk).
+  MicroBatch read(const ExecSpace& exec, const MicroBatches& batches, int chunk, std::span<const std::int64_t> samples);
+  /// Reads the op's micro-batch, keeps within `bound` live slots, receives its input, runs the
+  /// chunk's forward (and the loss on the model's last chunk) and starts sending its output;
+  /// eval: with evaluation's tags.
+  void forward(const ExecSpace& exec, const MicroBatches& batches, const PipelineOp& op, int bound, InFlight& f,
+               bool eval = false);
+  /// Receives the op's output gradient, runs the chunk's backward (its k-th of count this step),
+  /// starts sending its input gradient and retires its slot.
+  void backward(const ExecSpace& exec, DataParallel& dp, const PipelineOp& op, int k, int count, InFlight& f);
+  /// The message tag of the op's activation (or gradient): into_chunk, the one that enters the
+  /// op's chunk from the stage before, else the one that leaves it for the stage after.
+  int tag(const PipelineOp& op, bool into_chunk, bool gradient) const;
+  int previous_stage() const { return (stage_ + stages_ - 1) % stages_; }
+  int next_stage() const { return (stage_ + 1) % stages_; }
   /// Waits for retiring slots' sends until a new slot keeps within `bound` live slots.
   void make_room(const ExecSpace& exec, int bound);
   /// Releases the retiring slots whose sends are done (with wait: all of them, once done).
@@ -93,7 +104,7 @@ class PipelineExecutor {
   Model& model_;
   StepTimer& timer_;
   double* tensor_seconds_;
-  int stage_ = 0;
+  int stage_ = 0, stages_ = 1;
   std::vector<Retiring> retiring_;
 };
 

@@ -134,11 +134,8 @@ int micro_batch_rows(const Config& cfg) {
 
 ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelShape& shape,
                      double* tensor_seconds) {
-  const std::vector<int> bounds = stage_bounds(cfg, shape);
-  const int p = comm.coord().pipeline;
   ModelPart part;
-  part.first_layer = bounds[static_cast<std::size_t>(p)];
-  part.end_layer = bounds[static_cast<std::size_t>(p) + 1];
+  part.chunks = stage_chunks(cfg, stage_bounds(cfg, shape), comm.coord().pipeline);
   part.tp = comm.tp();
   part.t = comm.coord().tensor;
   part.tensor_sum = [&comm, tensor_seconds](float* x, std::size_t n) {
@@ -489,6 +486,7 @@ void Trainer::log_progress(double lr, double loss, double grad_norm) {
   row.t_tensor = timer_.seconds(Phase::tensor) / n;
   row.t_pipeline = timer_.seconds(Phase::pipeline) / n;
   out_->metrics(row);
+  total_pipeline_seconds_ += timer_.seconds(Phase::pipeline);
   timer_.reset();
   interval_samples_ = 0;
   total_step_seconds_interval_ = 0.0;
@@ -680,13 +678,21 @@ nlohmann::json Trainer::summary(const std::string& status) const {
   j["resumed_from_step"] = resumed_from_ >= 0 ? nlohmann::json(resumed_from_) : nlohmann::json(nullptr);
   j["checkpoint_step"] = last_checkpoint_step_ >= 0 ? nlohmann::json(last_checkpoint_step_) : nlohmann::json(nullptr);
   j["output_dir"] = cfg_.run.output_dir;
-  // The most micro-batches whose activations any stage held at once (1F1B: at most pp; GPipe:
-  // every micro-batch of the step).
+  // The most activation slots (a micro-batch's activations of one chunk) any stage held at once
+  // (1F1B: at most pp; GPipe: every micro-batch of the step; interleaved: slot_bound, each slot
+  // 1/v of a stage).
   std::vector<double> peaks(static_cast<std::size_t>(comm_.pp()), 0.0);
   peaks[static_cast<std::size_t>(comm_.coord().pipeline)] = model_->peak_slots();
   comm_.allreduce_max(peaks.data(), peaks.size(), Group::world);
   j["peak_activation_slots"] = static_cast<int>(*std::max_element(peaks.begin(), peaks.end()));
   j["peak_activation_slots_by_stage"] = std::vector<int>(peaks.begin(), peaks.end());
+  // Each stage's bubble: the share of its training steps it spent waiting in pipeline receives
+  // and sends (Phase::pipeline), the most of its ranks.
+  std::vector<double> bubble(static_cast<std::size_t>(comm_.pp()), 0.0);
+  bubble[static_cast<std::size_t>(comm_.coord().pipeline)] =
+      total_step_seconds_ > 0 ? total_pipeline_seconds_ / total_step_seconds_ : 0.0;
+  comm_.allreduce_max(bubble.data(), bubble.size(), Group::world);
+  j["bubble_by_stage"] = bubble;
   nlohmann::json memory;
   for (std::size_t c = 0; c < static_cast<std::size_t>(mem::Category::count); ++c)
     memory[std::string(mem::name(static_cast<mem::Category>(c))) + "_peak_bytes"] =

@@ -52,8 +52,8 @@ std::uint64_t data_cache_limit(const Communicator& comm);
 int micro_batch_rows(const Config& cfg);
 
 /// \brief The part of the model this rank holds under the deck's layout: its pipeline stage's
-/// layers and its tensor rank's blocks (tensor sums through comm, their time added to
-/// *tensor_seconds when given).
+/// layers (its chunks of them under parallel.virtual_stages) and its tensor rank's blocks
+/// (tensor sums through comm, their time added to *tensor_seconds when given).
 ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelShape& shape,
                      double* tensor_seconds = nullptr);
 
@@ -140,6 +140,7 @@ class Trainer {
   double run_start_wall_ = 0.0;
   std::int64_t interval_samples_ = 0, total_samples_timed_ = 0, last_logged_step_ = 0;
   double total_step_seconds_ = 0.0, total_step_seconds_interval_ = 0.0;
+  double total_pipeline_seconds_ = 0.0;  // Phase::pipeline of the steps logged so far
 };
 
 }  // namespace tessera

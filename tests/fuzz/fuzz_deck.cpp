@@ -118,23 +118,26 @@ void check_round_trip(const Config& cfg) {
 }
 
 // The networks of the first and last tensor rank of the first and last stage, as a run builds
-// them on those ranks (registered only, nothing allocated).
+// them on those ranks (every chunk of the stage, registered only, nothing allocated).
 void build_parts(const Config& cfg, const ModelShape& shape) {
   const std::vector<int> bounds = stage_bounds(cfg, shape);
   const int pp = cfg.parallel.pipeline, tp = cfg.parallel.tensor;
-  if (static_cast<int>(bounds.size()) != pp + 1)
+  const int chunks = pp * cfg.parallel.virtual_stages;
+  if (static_cast<int>(bounds.size()) != chunks + 1)
     fuzz::finding(kTarget, "stage_bounds gave " + std::to_string(bounds.size()) + " bounds for " +
-                               std::to_string(pp) + " stages");
+                               std::to_string(chunks) + " chunks");
   for (int p : {0, pp - 1})
     for (int t : {0, tp - 1}) {
       ModelPart part;
-      part.first_layer = bounds[static_cast<std::size_t>(p)];
-      part.end_layer = bounds[static_cast<std::size_t>(p) + 1];
+      part.chunks = stage_chunks(cfg, bounds, p);
       part.tp = tp;
       part.t = t;
       part.tensor_sum = [](float*, std::size_t) {};  // never called: nothing runs
       nn::ParamStore<float> store;
-      make_network(store, cfg, shape, part);
+      for (std::size_t c = 0; c < part.chunks.size(); ++c) {
+        if (c > 0) store.begin_bucket();
+        make_network(store, cfg, shape, part, c);
+      }
     }
 }
 

@@ -428,6 +428,30 @@ TEST(Layout, ModelSplitsThatCannotWorkAreRefused) {
   EXPECT_EQ(ok.parallel.data, 2);
 }
 
+TEST(Layout, VirtualStagesNeedWhatTheInterleavedScheduleNeeds) {
+  const std::string mlp = "[model]\nhidden = [64, 64, 64]\n[train]\nglobal_batch = 64\n[parallel]\npipeline = 2\n";
+  const auto deck = [&](const std::string& name, const std::string& more) {
+    return load_deck(write_deck(name, mlp + more), {});
+  };
+  Config ok = deck("v_ok.toml", "virtual_stages = 2\nmicro_batches = 4\n");
+  EXPECT_NO_THROW(tessera::resolve_layout(ok, 2));
+  Config one = load_deck(write_deck("v_pp1.toml", "[parallel]\nvirtual_stages = 2\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(one, 1); }, {"parallel.virtual_stages", "parallel.pipeline = 1"});
+  Config gpipe = deck("v_gpipe.toml", "virtual_stages = 2\nmicro_batches = 2\nschedule = \"gpipe\"\n");
+  expect_input_error([&] { tessera::resolve_layout(gpipe, 2); }, {"parallel.virtual_stages", "\"gpipe\""});
+  Config many = deck("v_many.toml", "virtual_stages = 3\nmicro_batches = 2\n");
+  expect_input_error([&] { tessera::resolve_layout(many, 2); },
+                     {"parallel.virtual_stages", "6 chunks for a model of 4 layers", "virtual_stages <= 2"});
+  Config odd = deck("v_odd.toml", "virtual_stages = 2\nmicro_batches = 3\n");
+  expect_input_error([&] { tessera::resolve_layout(odd, 2); }, {"parallel.micro_batches", "a multiple of 2"});
+  Config sync = deck("v_sync.toml", "virtual_stages = 2\nmicro_batches = 2\n[comm]\nno_sync = false\n");
+  expect_input_error([&] { tessera::resolve_layout(sync, 2); }, {"comm.no_sync", "parallel.zero >= 1"});
+  Config stages = deck("v_stages.toml", "virtual_stages = 2\nmicro_batches = 2\nstages = [2, 2]\n");
+  expect_input_error([&] { tessera::resolve_layout(stages, 2); }, {"parallel.stages", "4 chunks"});
+  Config given = deck("v_given.toml", "virtual_stages = 2\nmicro_batches = 2\nstages = [1, 1, 1, 1]\n");
+  EXPECT_NO_THROW(tessera::resolve_layout(given, 2));
+}
+
 TEST(Layout, BatchMustSplitEvenly) {
   Config c = load_deck(write_deck("split.toml", "[train]\nglobal_batch = 100\n"), {});
   expect_input_error([&] { tessera::resolve_layout(c, 3); },

@@ -207,6 +207,25 @@ TEST(ParamStore, BucketsFillFromTheLastUnitAndSplitIntoEqualChunks) {
   EXPECT_THROW(store.attach_grads(0, nullptr), std::logic_error);  // full gradients exist
 }
 
+TEST(ParamStore, BeginBucketStartsABucketThatNothingBeforeShares) {
+  // Four units of 16 elements in one bucket of any size, but begin_bucket() before unit 2 (an
+  // interleaved stage's second chunk): buckets {0, 1} and {2, 3}. The unit a network begins
+  // right after begin_bucket() is the same unit.
+  nn::ParamStore<double> store;
+  for (const char* name : {"u0.w", "u1.w", "u2.w", "u3.w"}) {
+    if (name[1] == '2') store.begin_bucket();
+    store.begin_unit();
+    store.add(name, {16}, nn::InitKind::zeros);
+  }
+  store.plan(1);
+  ASSERT_EQ(store.units(), 4u);
+  ASSERT_EQ(store.buckets().size(), 2u);
+  EXPECT_EQ(store.buckets()[0].first_unit, 0u);
+  EXPECT_EQ(store.buckets()[0].last_unit, 1u);
+  EXPECT_EQ(store.buckets()[1].first_unit, 2u);
+  EXPECT_EQ(store.buckets()[1].last_unit, 3u);
+}
+
 TEST(Linear, InitBoundsAreOneOverSqrtFanIn) {
   nn::ParamStore<float> store;
   const int in = 50, out = 40;
