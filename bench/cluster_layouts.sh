@@ -22,8 +22,9 @@
 # does to a step), not a real cluster's speed.
 # Usage (as root, from the repository root, after a build):
 #   bench/cluster_layouts.sh        env: RATE (1gbit), STEPS (12), CONFIGS, NODES ("2 4"),
-#                                        DECKS ("mlp gpt"), BUILD_DIR (build)
-# Writes bench/results/cluster_layouts.{csv,md}.
+#                                        DECKS ("mlp gpt"), BUILD_DIR (build), NAME (cluster_layouts),
+#                                        BASE (zero0: the configuration the ratios divide by)
+# Writes bench/results/NAME.{csv,md}.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
@@ -42,7 +43,7 @@ trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
 "$cluster" up 4 >/dev/null
 eval "$("$cluster" env)"
 "$cluster" shape "$rate" >/dev/null
-work=$results/tmp/cluster_layouts  # the runs stay for inspection (ignored by git)
+work=$results/tmp/${NAME:-cluster_layouts}  # the runs stay for inspection (ignored by git)
 rm -rf "$work" && mkdir -p "$work"
 gbps=$(awk -v r="$rate" 'BEGIN { v = r + 0; if (r ~ /gbit$/) print v; else if (r ~ /mbit$/) print v / 1000; else print v / 1e9 }')
 
@@ -75,7 +76,8 @@ crossing_bytes() {
   echo "$total"
 }
 
-csv=$results/cluster_layouts.csv
+name=${NAME:-cluster_layouts}
+csv=$results/$name.csv
 echo "deck,nodes,ranks,config,exit,step_s,crossing_mb_per_step,samples_per_s,first_loss,last_loss,plan_mb_per_node,plan_step_lo,plan_step_hi" >"$csv"
 for deck in $decks; do
   for nodes in $node_counts; do
@@ -117,15 +119,15 @@ for deck in $decks; do
   done
 done
 {
-  echo "| deck | nodes x ranks | config | step (s) | MB crossing nodes / step | step / zero0 | bytes / zero0 | plan: MB per node | plan: step (s) |"
+  echo "| deck | nodes x ranks | config | step (s) | MB crossing nodes / step | step / base | bytes / base | plan: MB per node | plan: step (s) |"
   echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"
-  awk -F, 'NR > 1 { key = $1 "," $2; if ($4 == "zero0" && $5 == 0) { s0[key] = $6; b0[key] = $7 }
+  awk -F, -v base="${BASE:-zero0}" 'NR > 1 { key = $1 "," $2; if ($4 == base && $5 == 0) { s0[key] = $6; b0[key] = $7 }
                     row[NR] = $0 }
            END { for (i = 2; i <= NR; i++) { split(row[i], f, ",")
                    key = f[1] "," f[2]
                    if (f[5] != 0) { printf "| %s | %s x 2 | %s | exit %s | | | | | |\n", f[1], f[2], f[4], f[5]; continue }
                    printf "| %s | %s x 2 | %s | %.3f | %.2f | %.2f | %.2f | %.2f | %.3f .. %.3f |\n", f[1], f[2], f[4], f[6], f[7],
                           (s0[key] > 0 ? f[6] / s0[key] : 0), (b0[key] > 0 ? f[7] / b0[key] : 0), f[11], f[12], f[13] } }' "$csv"
-} >"$results/cluster_layouts.md"
-cat "$results/cluster_layouts.md"
+} >"$results/$name.md"
+cat "$results/$name.md"
 echo "bench: links shaped to $rate; CPU $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores shared by all nodes"
