@@ -147,6 +147,13 @@ void expect_layout_invariant(const std::string& name, const std::string& extra,
   }
 }
 
+bool shows_non_finite(const std::string& inspect_output) {
+  for (const char* word : {"nan", "inf", "-nan", "-inf"})
+    for (const char* after : {" ", "\n", ","})
+      if (inspect_output.find(std::string(" ") + word + after) != std::string::npos) return true;
+  return false;
+}
+
 int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;

@@ -35,6 +35,9 @@ std::map<std::int64_t, double> train_losses(const std::string& run_dir);
 std::string read_file(const std::string& path);
 /// How often what occurs in text.
 int count(const std::string& text, const std::string& what);
+/// \brief True where `tessera inspect`'s output shows a value printed as nan or inf (a word of
+/// its own: the resolved deck's "inflight_mb" is none).
+bool shows_non_finite(const std::string& inspect_output);
 /// A run refused as bad input: exit 2, exactly one `tessera: error:` line, needle in the output,
 /// no internal error.
 void expect_input_error(const RunResult& r, const std::string& needle);
