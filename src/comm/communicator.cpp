@@ -79,16 +79,17 @@ Communicator::Communicator(MPI_Comm world, GridShape grid, const CommConfig& com
 }
 
 void Communicator::split_replica_by_node() {
-  // The node of each rank as comm/node_split.hpp sees it (TESSERA_TEST_NODE_OF_RANK included).
-  const int color = world_node_[static_cast<std::size_t>(world_rank_)];
-  const MPI_Comm replica = handle(Group::replica);
-  const int r = rank(Group::replica);
-  MPI_CHECK(MPI_Comm_split(replica, color, r, &replica_node_));
-  MPI_CHECK(MPI_Comm_rank(replica_node_, &replica_node_rank_));
-  MPI_CHECK(MPI_Comm_size(replica_node_, &replica_node_size_));
-  MPI_CHECK(MPI_Comm_split(replica, replica_node_rank_, r, &replica_cross_));
+  // The replica group's node split (comm/node_split.hpp, TESSERA_TEST_NODE_OF_RANK included), the
+  // one the hierarchical allreduce uses too; its two communicators become Groups of their own (the
+  // flight recorder, the watchdog and the counters see them) and stay owned by the split.
+  const comm::NodeSplit& split = node_split(Group::replica);
+  replica_node_ = split.node_comm;
+  replica_cross_ = split.cross_comm;
+  replica_node_rank_ = split.local_rank;
+  replica_node_size_ = split.local_size;
   MPI_CHECK(MPI_Comm_rank(replica_cross_, &replica_cross_rank_));
   MPI_CHECK(MPI_Comm_size(replica_cross_, &replica_cross_size_));
+  // Even on every replica group of the world, so that every rank takes the same decision.
   int sizes[2] = {replica_node_size_, -replica_node_size_};  // the largest and the smallest
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, world_));
   replica_nodes_even_ = sizes[0] == -sizes[1];
@@ -103,9 +104,12 @@ void Communicator::split_replica_by_node() {
 
 Communicator::~Communicator() {
   for (auto& n : nccl_) n.reset();
+  // replica_node_ and replica_cross_ belong to the replica group's node split.
+  for (MPI_Comm c : {replica_node_, replica_cross_})
+    if (c != MPI_COMM_NULL) comm::flight_recorder().detach(c);
   for (auto& split : splits_) split.reset();
   bf16_.reset();
-  for (MPI_Comm* c : {&data_, &tensor_, &pipeline_, &spatial_, &replica_, &replica_node_, &replica_cross_, &world_})
+  for (MPI_Comm* c : {&data_, &tensor_, &pipeline_, &spatial_, &replica_, &world_})
     if (*c != MPI_COMM_NULL) {
       comm::flight_recorder().detach(*c);
       MPI_Comm_free(c);

@@ -337,7 +337,8 @@ class Communicator {
   bool replica_nodes_even_ = true;
   std::vector<int> replica_node_members_, replica_cross_members_;  ///< world ranks, group-rank order
   int replica_node_rank_ = 0, replica_node_size_ = 1, replica_cross_rank_ = 0, replica_cross_size_ = 1;
-  /// Splits the replica group by node into replica_node and replica_cross. Collective over world.
+  /// The replica group's node split as Groups replica_node and replica_cross (the handles are
+  /// node_split(Group::replica)'s). Collective over world.
   void split_replica_by_node();
 };
 
