@@ -44,9 +44,9 @@ Group sharding_group(const Config& cfg, const Communicator& comm) {
 
 Sharding::Sharding(const Config& cfg, const Communicator& comm)
     : comm_(comm),
-      layout_(layout(cfg, comm.size(sharding_group(cfg, comm)))),
-      zero_(cfg.parallel.zero),
       group_(sharding_group(cfg, comm)),
+      layout_(layout(cfg, comm.size(group_))),
+      zero_(cfg.parallel.zero),
       across_nodes_(group_ == Group::replica_node && comm.size(Group::replica_cross) > 1),
       shards_(layout_.shards),
       rank_(comm.rank(group_)),

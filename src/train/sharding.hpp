@@ -157,10 +157,10 @@ class Sharding {
     Vector<float> gathered;  // values_sharded(): this bucket's values while gathered
   };
   const Communicator& comm_;
+  Group group_ = Group::replica;  // before layout_: the plan's shard count is its size
   ParamLayout layout_;
   nn::ParamStore<float>* store_ = nullptr;
   int zero_ = 0;
-  Group group_ = Group::replica;
   bool across_nodes_ = false;  // hybrid sharding over more than one node
   int shards_ = 1, rank_ = 0;
   bool writes_pieces_ = true;
