@@ -27,7 +27,11 @@ void set_gemm_library(GemmLibrary g) {
 GemmLibrary gemm_library() { return choice; }
 
 Library automatic_library(Precision p) {
-  if (p == Precision::bf16 && onednn::available() && onednn::native_bf16()) return Library::onednn;
+  if (!onednn::available()) return Library::openblas;
+  if (p == Precision::bf16 && onednn::native_bf16()) return Library::onednn;
+  // fp32: oneDNN's brgemm beat OpenBLAS on AVX-512 in every sitting measured (docs/precision.md);
+  // below AVX-512 it was not measured, so OpenBLAS keeps it there.
+  if (p == Precision::fp32 && onednn::isa().rfind("avx512_core", 0) == 0) return Library::onednn;
   return Library::openblas;
 }
 

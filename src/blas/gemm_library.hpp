@@ -21,7 +21,8 @@ GemmLibrary gemm_library();
 
 /// \brief What run.gemm = "auto" picks for p on this CPU and build: bf16 -> onednn where oneDNN
 /// has native bf16 instructions (AVX512-BF16, AMX), else openblas (cblas_sbgemm or emulated);
-/// fp32 and fp16 -> openblas (the measurements behind the table: docs/precision.md).
+/// fp32 -> onednn where oneDNN runs AVX-512 (avx512_core and up), else openblas; fp16 ->
+/// openblas (the measurements behind the table: docs/precision.md).
 Library automatic_library(Precision p);
 
 /// \brief The library that runs p's host products now.

@@ -176,13 +176,16 @@ TEST(GemmLibrary, ChoiceAndLogLine) {
   const std::string isa = blas::onednn::isa();
   std::printf("oneDNN ISA: %s, fp32 implementation: %s, bf16: %s\n", isa.c_str(),
               blas::onednn::implementation(false).c_str(), blas::onednn::implementation(true).c_str());
-  EXPECT_EQ(blas::automatic_library(Precision::fp32), blas::Library::openblas);
+  const bool avx512 = blas::onednn::available() && isa.rfind("avx512_core", 0) == 0;
+  EXPECT_EQ(blas::automatic_library(Precision::fp32), avx512 ? blas::Library::onednn : blas::Library::openblas);
   EXPECT_EQ(blas::automatic_library(Precision::fp16), blas::Library::openblas);
   const bool native = blas::onednn::available() && blas::onednn::native_bf16();
   EXPECT_EQ(blas::automatic_library(Precision::bf16), native ? blas::Library::onednn : blas::Library::openblas);
   const std::string line = blas::describe_gemm();
   std::printf("%s\n", line.c_str());
-  EXPECT_EQ(line.rfind("gemm: fp32 -> openblas (cblas_sgemm), bf16 -> ", 0), 0u) << line;
+  EXPECT_EQ(line.rfind(avx512 ? "gemm: fp32 -> onednn (brg:avx512_core), bf16 -> " : "gemm: fp32 -> openblas (cblas_sgemm), bf16 -> ", 0),
+            0u)
+      << line;
   EXPECT_NE(line.find("run.gemm = auto"), std::string::npos) << line;
   EXPECT_EQ(line.find("not fast here") == std::string::npos,
             native || std::string(blas::lowp_path(Precision::bf16)) == "cblas_sbgemm")
