@@ -150,16 +150,22 @@ void FieldConv<T>::forward_onednn(const ExecSpace& exec, Index batch, const T* x
     kernels::place_rows(exec, x, batch, C, E, W, P, H, ext);
     // The interior rows [P, H - P) read the block only: compute them while the halo travels.
     const Index lo = std::min(P, H), hi = std::max(lo, H - P);
+    const bool split = exchange && overlap;
     exec.fence();
-    if (hi > lo) blas::onednn::conv_forward(valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, H, H, H), x, w, b,
-                                            z + lo * W);
-    if (exchange && overlap) halo->finish();
-    // The halo rows above and below (zeros at the field's edges), then the boundary rows from them.
+    if (split && hi > lo)
+      blas::onednn::conv_forward(valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, H, H, H), x, w, b, z + lo * W);
+    if (split) halo->finish();
+    // The halo rows above and below (zeros at the field's edges), then the boundary rows from them
+    // (all rows in one convolution where nothing was in flight).
     kernels::place_rows(exec, exchange && halo->has_up() ? buf.recv_up : static_cast<const T*>(nullptr), batch, C, E,
                         W, Index(0), P, ext);
     kernels::place_rows(exec, exchange && halo->has_down() ? buf.recv_down : static_cast<const T*>(nullptr), batch, C,
                         E, W, H + P, P, ext);
     exec.fence();
+    if (!split) {
+      blas::onednn::conv_forward(valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, E, E, H), ext, w, b, z);
+      return;
+    }
     if (lo > 0)
       blas::onednn::conv_forward(valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, lo + 2 * P, E, H), ext, w, b, z);
     if (H > hi)
