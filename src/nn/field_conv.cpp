@@ -163,7 +163,11 @@ void FieldConv<T>::forward_onednn(const ExecSpace& exec, Index batch, const T* x
                         E, W, H + P, P, ext);
     exec.fence();
     if (!split) {
-      blas::onednn::conv_forward(valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, E, E, H), ext, w, b, z);
+      if (exchange)
+        blas::onednn::conv_forward(valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, E, E, H), ext, w, b, z);
+      else  // zeros beyond the block: a "same" convolution of the block itself
+        blas::onednn::conv_forward(blas::onednn::Conv2dShape::same(int(batch), s_.in, s_.out, int(H), s_.width, s_.kernel),
+                                   x, w, b, z);
       return;
     }
     if (lo > 0)
@@ -184,17 +188,19 @@ void FieldConv<T>::backward_onednn(const ExecSpace& exec, Index batch, const T* 
     const Index P = pad(), H = s_.rows, W = s_.width, C = s_.in, E = H + 2 * P;
     const auto whole = valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, E, E, H);
     exec.fence();
-    if (dx != nullptr) {
+    if (dx != nullptr && !exchange) {  // no halo rows: the block's gradient directly
+      blas::onednn::conv_backward_data(blas::onednn::Conv2dShape::same(int(batch), s_.in, s_.out, int(H), s_.width,
+                                                                       s_.kernel),
+                                       dz, store_->value(weight_).data(), dx);
+    } else if (dx != nullptr) {
       // The extended block's gradient: the block's rows, and the halo rows for the neighbours.
       blas::onednn::conv_backward_data(whole, dz, store_->value(weight_).data(), dext);
       kernels::pack_rows(exec, dext, batch, C, E, W, P, H, dx);
-      if (exchange) {
-        if (halo->has_up()) kernels::pack_rows(exec, dext, batch, C, E, W, Index(0), P, buf.send_up);
-        if (halo->has_down()) kernels::pack_rows(exec, dext, batch, C, E, W, H + P, P, buf.send_down);
-        exec.fence();
-        halo->start(buf.send_up, buf.send_down, buf.recv_up, buf.recv_down, std::size_t(batch * halo_size()));
-        if (!overlap) halo->finish();
-      }
+      if (halo->has_up()) kernels::pack_rows(exec, dext, batch, C, E, W, Index(0), P, buf.send_up);
+      if (halo->has_down()) kernels::pack_rows(exec, dext, batch, C, E, W, H + P, P, buf.send_down);
+      exec.fence();
+      halo->start(buf.send_up, buf.send_down, buf.recv_up, buf.recv_down, std::size_t(batch * halo_size()));
+      if (!overlap) halo->finish();
     }
     // The weight and bias gradients while the halo gradients travel.
     blas::onednn::conv_backward_weights(whole, ext, dz, store_->grad(weight_).data(), store_->grad(bias_).data());
