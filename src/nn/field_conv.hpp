@@ -17,7 +17,10 @@
 // the block itself while the halo travels, then places the halos (zeros at the field's edges) above
 // and below and computes the boundary rows from the extended block; backward gives the extended
 // block's gradient (the block's rows and the halo rows), sends the halo rows' parts, and computes
-// the weight and bias gradients from the extended block while they travel.
+// the weight and bias gradients from the extended block while they travel. Where no halo is
+// exchanged (one rank) the forward and the input gradient are "same" convolutions of the block
+// itself, and where none is in flight (overlap off) the forward is one convolution of the
+// extended block.
 //
 // Parameters as nn.Conv2d: <prefix>.weight [out, in, k, k], <prefix>.bias [out], initialised
 // U(-1/sqrt(in k^2), 1/sqrt(in k^2)); a unit of their own.
