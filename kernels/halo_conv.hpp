@@ -99,6 +99,20 @@ void pack_rows(const ExecSpace& exec, const T* x, Index batch, Index channels, I
       });
 }
 
+/// \brief Rows [row0, row0 + n) of every plane of x (B, C, h, W) = src (B, C, n, W), or zeros where
+/// src is null (the inverse of pack_rows).
+template <class T>
+void place_rows(const ExecSpace& exec, const T* src, Index batch, Index channels, Index h, Index W, Index row0,
+                Index n, T* x) {
+  const Index m = n * W;
+  Kokkos::parallel_for(
+      "tessera::place_rows", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * channels * m),
+      KOKKOS_LAMBDA(const Index i) {
+        const Index plane = i / m, e = i % m;
+        x[plane * h * W + row0 * W + e] = src == nullptr ? T(0) : src[i];
+      });
+}
+
 /// \brief Rows [row0, row0 + n) of every plane of x (B, C, h, W) += src (B, C, n, W).
 template <class T>
 void add_rows(const ExecSpace& exec, const T* src, Index batch, Index channels, Index h, Index W, Index row0,

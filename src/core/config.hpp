@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/conv_library.hpp"
 #include "core/gemm_library.hpp"
 #include "core/precision.hpp"
 
@@ -32,6 +33,7 @@ struct RunConfig {
   bool overwrite = false;   ///< allow replacing another run's outputs in output_dir
   int blas_threads = 0;     ///< 0: cores on the node / ranks on the node, at least 1
   GemmLibrary gemm = GemmLibrary::automatic;  ///< library of the host matrix products
+  ConvLibrary conv = ConvLibrary::automatic;  ///< path of the CNN's and U-Net's convolutions
   double memory_limit_mb = 0.0;  ///< most MB one rank may hold (estimate before, counters after the first step); 0: no limit
 
   bool operator==(const RunConfig&) const = default;

@@ -86,6 +86,11 @@ void check_combinations(Config& cfg, const Origins& origins) {
          "\"onednn\" needs a build with oneDNN, and this one has none (configured with "
          "-DTESSERA_ENABLE_ONEDNN=OFF); allowed here: \"auto\", \"openblas\"");
 
+  if (cfg.run.conv == ConvLibrary::onednn && !build::onednn)
+    fail(where_of(cfg, origins, {"run.conv"}), "run.conv",
+         "\"onednn\" needs a build with oneDNN, and this one has none (configured with "
+         "-DTESSERA_ENABLE_ONEDNN=OFF); allowed here: \"auto\", \"im2col\"");
+
   if (cfg.parallel.zero_group == ZeroGroup::node && cfg.parallel.zero == 0)
     fail(where_of(cfg, origins, {"parallel.zero_group", "parallel.zero"}), "parallel.zero_group",
          "\"node\" shards the training state within each node, but parallel.zero = 0 shards nothing; "

@@ -79,6 +79,8 @@ inline constexpr Choice<Precision> kPrecisions[] = {
     {"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp16", Precision::fp16}};
 inline constexpr Choice<GemmLibrary> kGemmLibraries[] = {
     {"auto", GemmLibrary::automatic}, {"openblas", GemmLibrary::openblas}, {"onednn", GemmLibrary::onednn}};
+inline constexpr Choice<ConvLibrary> kConvLibraries[] = {
+    {"auto", ConvLibrary::automatic}, {"im2col", ConvLibrary::im2col}, {"onednn", ConvLibrary::onednn}};
 inline constexpr Choice<Activation> kActivations[] = {{"relu", Activation::relu},
                                                       {"gelu", Activation::gelu}};
 inline constexpr Choice<FieldNormalize> kFieldNormalize[] = {{"auto", FieldNormalize::automatic},

@@ -6,10 +6,14 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
+#include "blas/conv_library.hpp"
 #include "blas/gemm.hpp"
+#include "blas/onednn_conv.hpp"
 #include "core/memory.hpp"
 #include "kernels/activation.hpp"
+#include "kernels/halo_conv.hpp"
 #include "nn/mlp.hpp"
 
 namespace tessera::nn {
@@ -27,6 +31,10 @@ VectorU<T> flat_rows(const Matrix<T>& m, int batch) {
   return VectorU<T>(m.data(), static_cast<std::size_t>(batch) * m.extent(1));
 }
 
+blas::onednn::Conv2dShape onednn_shape(const kernels::ConvShape& in, int out, int batch) {
+  return blas::onednn::Conv2dShape::same(batch, int(in.channels), out, int(in.height), int(in.width), int(in.kernel));
+}
+
 }  // namespace
 
 template <class T>
@@ -36,6 +44,7 @@ Cnn<T>::Cnn(ParamStore<T>& store, const CnnShape& shape, Part part)
     throw std::invalid_argument(fmt::format("tessera::nn::Cnn: kernel {} must be odd", shape_.kernel));
   if (part_.tp > 1 && !part_.tensor_sum)
     throw std::invalid_argument("tessera::nn::Cnn: tensor parallelism needs a tensor_sum");
+  onednn_ = std::is_same_v<T, float> && blas::conv_path(part_.conv, part_.precision) == blas::ConvPath::onednn;
   int c = shape_.channels, h = shape_.height, w = shape_.width;
   const int k = shape_.kernel;
   for (std::size_t i = 0; i < shape_.conv.size(); ++i) {
@@ -75,13 +84,13 @@ void Cnn<T>::add_slot() {
     const Conv& c = convs_[i];
     const auto col_rows = std::size_t(c.in.rows()), pos = std::size_t(c.in.positions()), out = std::size_t(c.out);
     const auto pooled = out * std::size_t(c.in.height / 2) * std::size_t(c.in.width / 2);
-    s.col.push_back(alloc<T>(fmt::format("convs.{}.col", i), B, col_rows * pos));
+    if (!onednn_) s.col.push_back(alloc<T>(fmt::format("convs.{}.col", i), B, col_rows * pos));
     s.z.push_back(alloc<T>(fmt::format("convs.{}.z", i), B, out * pos));
     s.pooled.push_back(alloc<T>(fmt::format("convs.{}.pooled", i), B, pooled));
     s.arg.emplace_back(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Cnn::arg"),
                                           Kokkos::WithoutInitializing), B, pooled);
     dz = std::max(dz, out * pos);
-    dcol = std::max(dcol, col_rows * pos);
+    if (!onednn_) dcol = std::max(dcol, col_rows * pos);
     dpool = std::max({dpool, pooled, std::size_t(c.in.channels * c.in.height * c.in.width)});
   }
   for (std::size_t j = 0; j < fcs_.size(); ++j) {
@@ -126,19 +135,10 @@ void Cnn<T>::forward(const ExecSpace& exec, int slot) {
   const T* x = s.input.data();
   for (std::size_t i = 0; i < convs_.size(); ++i) {
     const Conv& c = convs_[i];
-    const Index rows_ = c.in.rows(), pos = c.in.positions(), out = c.out;
+    const Index out = c.out;
     if (hooks_) hooks_->before_forward(c.unit);
-    kernels::im2col(exec, c.in, x, s.col[i].data(), batch);
-    // z = bias (per channel) + W col, sample by sample.
+    conv_forward(exec, i, batch, x, s);
     T* z = s.z[i].data();
-    const VectorU<T> bias = store_->value(c.bias);
-    Kokkos::parallel_for(
-        "tessera::nn::Cnn::bias", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, Index(batch) * out * pos),
-        KOKKOS_LAMBDA(const Index e) { z[e] = bias((e / pos) % out); });
-    const T* wgt = store_->value(c.weight).data();
-    for (int b = 0; b < batch; ++b)
-      blas::gemm(exec, blas::Op::N, blas::Op::N, int(out), int(pos), int(rows_), T(1), wgt, int(rows_),
-                 s.col[i].data() + Index(b) * rows_ * pos, int(pos), T(1), z + Index(b) * out * pos, int(pos));
     if (hooks_) hooks_->after_forward(c.unit);
     // relu(maxpool(z)) = maxpool(relu(z)): pool first, then ReLU on the smaller tensor.
     kernels::maxpool2_forward(exec, Index(batch), out, c.in.height, c.in.width, z, s.pooled[i].data(),
@@ -185,7 +185,7 @@ void Cnn<T>::backward(const ExecSpace& exec, int slot) {
   // dpool_ now holds the gradient of the last block's (ReLU'd, pooled) output.
   for (std::size_t i = convs_.size(); i-- > 0;) {
     const Conv& c = convs_[i];
-    const Index rows_ = c.in.rows(), pos = c.in.positions(), out = c.out;
+    const Index pos = c.in.positions(), out = c.out;
     const Index pooled = out * (c.in.height / 2) * (c.in.width / 2);
     const VectorU<T> dp(dpool_.data(), std::size_t(batch * pooled));
     kernels::relu_backward(exec, flat_rows(s.pooled[i], batch), dp, dp);
@@ -193,29 +193,61 @@ void Cnn<T>::backward(const ExecSpace& exec, int slot) {
     Kokkos::deep_copy(exec, VectorU<T>(dz, std::size_t(Index(batch) * out * pos)), T(0));  // odd edges
     kernels::maxpool2_backward(exec, Index(batch), out, c.in.height, c.in.width, dpool_.data(), s.arg[i].data(), dz);
     if (hooks_) hooks_->before_backward(c.unit);
-    // db[o] += sum over samples and positions of dz; dW += dz_b col_b^T sample by sample.
-    const VectorU<T> db = store_->grad(c.bias);
-    const Index nb = batch;
-    Kokkos::parallel_for(
-        "tessera::nn::Cnn::bias_grad", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, out),
-        KOKKOS_LAMBDA(const Index o) {
-          T sum = T(0);
-          for (Index b = 0; b < nb; ++b)
-            for (Index p = 0; p < pos; ++p) sum += dz[(b * out + o) * pos + p];
-          db(o) += sum;
-        });
-    T* dw = store_->grad(c.weight).data();
-    const T* wgt = store_->value(c.weight).data();
-    for (int b = 0; b < batch; ++b)
-      blas::gemm(exec, blas::Op::N, blas::Op::T, int(out), int(rows_), int(pos), T(1), dz + Index(b) * out * pos,
-                 int(pos), s.col[i].data() + Index(b) * rows_ * pos, int(pos), T(1), dw, int(rows_));
-    if (i > 0) {  // the gradient of this block's input: dcol_b = W^T dz_b, then col2im
-      for (int b = 0; b < batch; ++b)
-        blas::gemm(exec, blas::Op::T, blas::Op::N, int(rows_), int(pos), int(out), T(1), wgt, int(rows_),
-                   dz + Index(b) * out * pos, int(pos), T(0), dcol_.data() + Index(b) * rows_ * pos, int(pos));
-      kernels::col2im(exec, c.in, dcol_.data(), dpool_.data(), Index(batch));
-    }
+    conv_backward(exec, i, batch, s);
     if (hooks_) hooks_->after_backward(c.unit);
+  }
+}
+
+template <class T>
+void Cnn<T>::conv_forward(const ExecSpace& exec, std::size_t i, int batch, const T* x, const Slot& s) const {
+  const Conv& c = convs_[i];
+  const Index rows_ = c.in.rows(), pos = c.in.positions(), out = c.out;
+  T* z = s.z[i].data();
+  const VectorU<T> bias = store_->value(c.bias);
+  const T* wgt = store_->value(c.weight).data();
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn_) {
+      exec.fence();  // x and the parameters written by kernels enqueued on exec
+      blas::onednn::conv_forward(onednn_shape(c.in, c.out, batch), x, wgt, bias.data(), z);
+      return;
+    }
+  }
+  kernels::im2col(exec, c.in, x, s.col[i].data(), batch);
+  // z = bias (per channel) + W col, sample by sample.
+  kernels::fill_channels(exec, bias, Index(batch), out, pos, z);
+  for (int b = 0; b < batch; ++b)
+    blas::gemm(exec, blas::Op::N, blas::Op::N, int(out), int(pos), int(rows_), T(1), wgt, int(rows_),
+               s.col[i].data() + Index(b) * rows_ * pos, int(pos), T(1), z + Index(b) * out * pos, int(pos));
+}
+
+template <class T>
+void Cnn<T>::conv_backward(const ExecSpace& exec, std::size_t i, int batch, const Slot& s) {
+  const Conv& c = convs_[i];
+  const Index rows_ = c.in.rows(), pos = c.in.positions(), out = c.out;
+  const T* dz = dz_.data();
+  T* dw = store_->grad(c.weight).data();
+  const T* wgt = store_->value(c.weight).data();
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn_) {
+      // The block's input: the batch's images, or the previous block's pooled (ReLU'd) output.
+      const T* x = i == 0 ? s.input.data() : s.pooled[i - 1].data();
+      const auto shape = onednn_shape(c.in, c.out, batch);
+      exec.fence();
+      blas::onednn::conv_backward_weights(shape, x, dz, dw, store_->grad(c.bias).data());
+      if (i > 0) blas::onednn::conv_backward_data(shape, dz, wgt, dpool_.data());
+      return;
+    }
+  }
+  // db[o] += sum over samples and positions of dz; dW += dz_b col_b^T sample by sample.
+  kernels::channel_sums(exec, dz, Index(batch), out, pos, store_->grad(c.bias));
+  for (int b = 0; b < batch; ++b)
+    blas::gemm(exec, blas::Op::N, blas::Op::T, int(out), int(rows_), int(pos), T(1), dz + Index(b) * out * pos,
+               int(pos), s.col[i].data() + Index(b) * rows_ * pos, int(pos), T(1), dw, int(rows_));
+  if (i > 0) {  // the gradient of this block's input: dcol_b = W^T dz_b, then col2im
+    for (int b = 0; b < batch; ++b)
+      blas::gemm(exec, blas::Op::T, blas::Op::N, int(rows_), int(pos), int(out), T(1), wgt, int(rows_),
+                 dz + Index(b) * out * pos, int(pos), T(0), dcol_.data() + Index(b) * rows_ * pos, int(pos));
+    kernels::col2im(exec, c.in, dcol_.data(), dpool_.data(), Index(batch));
   }
 }
 

@@ -6,14 +6,18 @@
 // Parameters (PyTorch's layouts): convs.{i}.weight [out_c, in_c, k, k], convs.{i}.bias [out_c],
 // fc.{j}.weight [out, in], fc.{j}.bias [out]. One unit per layer (hooks, ZeRO, buckets).
 //
-// Convolutions run as im2col + one GEMM per sample (kernels/conv2d.hpp); the column matrices are
-// kept for the weight gradient. Tensor parallelism splits the linear layers as the MLP does
+// Convolutions run as im2col + one GEMM per sample (kernels/conv2d.hpp; the column matrices are
+// kept for the weight gradient) or, for float models in host memory where run.conv picks it
+// (blas/conv_library.hpp), through oneDNN's convolution primitives (blas/onednn_conv.hpp; each
+// block's input is kept for the weight gradient instead). Tensor parallelism splits the linear layers as the MLP does
 // (Megatron column/row pairs); the convolutions are replicated on the tensor ranks. The whole
 // model sits on one pipeline stage.
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "core/conv_library.hpp"
+#include "core/precision.hpp"
 #include "kernels/conv2d.hpp"
 #include "nn/linear.hpp"
 #include "nn/network.hpp"
@@ -35,6 +39,8 @@ class Cnn : public Network<T> {
   struct Part {
     int tp = 1, t = 0;
     std::function<void(T*, std::size_t)> tensor_sum;
+    ConvLibrary conv = ConvLibrary::automatic;  ///< run.conv
+    Precision precision = Precision::fp32;      ///< train.precision (bf16, fp16: im2col)
   };
 
   /// \brief Registers the parameters in `store` (before store.plan()); throws
@@ -52,6 +58,8 @@ class Cnn : public Network<T> {
   MatrixU<T> grad_input(int slot) const override;
   void forward(const ExecSpace& exec, int slot) override;
   void backward(const ExecSpace& exec, int slot) override;
+  /// True when the convolutions run through oneDNN (run.conv's choice for this T and precision).
+  bool onednn() const { return onednn_; }
 
  protected:
   void add_slot() override;
@@ -65,10 +73,16 @@ class Cnn : public Network<T> {
   };
   struct Slot {
     Matrix<T> input;
-    std::vector<Matrix<T>> col, z, pooled;        // per conv block
+    std::vector<Matrix<T>> col, z, pooled;        // per conv block (col: im2col only)
     std::vector<Kokkos::View<std::int32_t**, Kokkos::LayoutRight, MemSpace>> arg;
     std::vector<Matrix<T>> fz, fa, fg;            // per linear layer
   };
+  /// z (B, out, H, W) = bias + conv(x) of block i; keeps what the weight gradient needs.
+  void conv_forward(const ExecSpace& exec, std::size_t i, int batch, const T* x, const Slot& s) const;
+  /// dW, db += the gradients of block i from dz_ (B, out, H, W); dpool_ = the input gradient
+  /// (i > 0 only).
+  void conv_backward(const ExecSpace& exec, std::size_t i, int batch, const Slot& s);
+
   using Network<T>::rows;
   using Network<T>::hooks_;
 
@@ -78,6 +92,7 @@ class Cnn : public Network<T> {
   std::vector<Conv> convs_;
   std::vector<Linear<T>> fcs_;
   std::vector<Slot> slots_;
+  bool onednn_ = false;
   Matrix<T> dz_, dcol_, dpool_;  // backward scratch, shared
 };
 

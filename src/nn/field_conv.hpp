@@ -11,6 +11,17 @@
 // added to the block's first and last rows. With one rank (or no halo) the edges are zeros, as
 // PyTorch's Conv2d(padding=k//2).
 //
+// Through oneDNN (Shape::onednn, float only: blas/onednn_conv.hpp) the same steps run as
+// convolutions "valid in rows, same in columns": forward copies the block into the middle of an
+// extended block (B, in, rows + 2P, W) kept in col's place, computes the interior output rows from
+// the block itself while the halo travels, then places the halos (zeros at the field's edges) above
+// and below and computes the boundary rows from the extended block; backward gives the extended
+// block's gradient (the block's rows and the halo rows), sends the halo rows' parts, and computes
+// the weight and bias gradients from the extended block while they travel. Where no halo is
+// exchanged (one rank) the forward and the input gradient are "same" convolutions of the block
+// itself, and where none is in flight (overlap off) the forward is one convolution of the
+// extended block.
+//
 // Parameters as nn.Conv2d: <prefix>.weight [out, in, k, k], <prefix>.bias [out], initialised
 // U(-1/sqrt(in k^2), 1/sqrt(in k^2)); a unit of their own.
 #include <string>
@@ -37,6 +48,7 @@ class FieldConv {
   struct Shape {
     int in = 1, out = 1, kernel = 3;
     int rows = 1, width = 1;  ///< this rank's block of the field: rows x width
+    bool onednn = false;      ///< through oneDNN's convolutions (T = float; blas/conv_library.hpp chooses)
   };
 
   /// \brief Registers the parameters in `store` as a new unit; throws std::invalid_argument for
@@ -46,7 +58,8 @@ class FieldConv {
   const Shape& shape() const { return s_; }
   std::size_t unit() const { return unit_; }
   int pad() const { return s_.kernel / 2; }
-  /// Per sample: values of the input block, of the output block, of the column matrix, of one halo.
+  /// Per sample: values of the input block, of the output block, of the column matrix (oneDNN:
+  /// of the extended block, which it holds in col's place), of one halo.
   Index in_size() const { return Index(s_.in) * s_.rows * s_.width; }
   Index out_size() const { return Index(s_.out) * s_.rows * s_.width; }
   Index col_size() const { return conv_.rows() * conv_.positions(); }
@@ -66,6 +79,11 @@ class FieldConv {
  private:
   /// z[:, :, y0:y1, :] += W col[:, :, y0:y1 positions], sample by sample.
   void multiply_rows(const ExecSpace& exec, Index batch, const T* col, T* z, Index y0, Index y1) const;
+  /// The oneDNN forms of forward and backward (ext: the extended block, in col's place).
+  void forward_onednn(const ExecSpace& exec, Index batch, const T* x, T* ext, T* z, const HaloBuffers<T>& buf,
+                      Halo<T>* halo, bool exchange, bool overlap) const;
+  void backward_onednn(const ExecSpace& exec, Index batch, const T* dz, const T* ext, T* dx, T* dext,
+                       const HaloBuffers<T>& buf, Halo<T>* halo, bool exchange, bool overlap) const;
 
   ParamStore<T>* store_;
   Shape s_;

@@ -222,6 +222,8 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
     nn::UNet<float>::Part p;
     p.halo = part.halo;
     p.overlap = part.halo_overlap;
+    p.conv = cfg.run.conv;
+    p.precision = cfg.train.precision;
     return std::make_unique<nn::UNet<float>>(store, unet_shape(cfg, shape), std::move(p));
   }
   if (cfg.model.kind == ModelKind::cnn) {
@@ -229,6 +231,8 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
     p.tp = part.tp;
     p.t = part.t;
     p.tensor_sum = part.tensor_sum;
+    p.conv = cfg.run.conv;
+    p.precision = cfg.train.precision;
     return std::make_unique<nn::Cnn<float>>(store, cnn_shape(cfg, shape), std::move(p));
   }
   if (cfg.model.kind == ModelKind::gpt) {

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/version.hpp"
+#include "blas/conv_library.hpp"
 #include "blas/gemm.hpp"
 #include "blas/gemm_library.hpp"
 #include "optim/schedule.hpp"
@@ -307,6 +308,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   for (const auto& line : describe_placement(places_, comm_.dp(), comm_.tp(), comm_.pp(), comm_.sp())) out_->log(line);
   for (const auto& line : placement_warnings(places_, comm_.dp(), comm_.tp(), comm_.pp(), comm_.sp())) out_->log(line);
   out_->log(blas::describe_gemm());
+  if (cfg_.model.kind == ModelKind::cnn || cfg_.model.kind == ModelKind::unet) out_->log(blas::describe_conv(cfg_.run.conv, cfg_.train.precision));
   if (cfg_.train.precision != Precision::fp32)
     out_->log(fmt::format("precision: {} matrix products ({}), outputs stored in {}; master weights, "
                           "optimizer and reductions fp32{}", precision_name(cfg_.train.precision),

@@ -1,6 +1,7 @@
 // End-to-end: the CNN on Fashion-MNIST trains the same model (losses and evaluations within 1e-5
-// of the 1-rank run) data-parallel, tensor-parallel on its linear layers and with ZeRO-1; a
-// pipeline or an even kernel is a one-line deck error.
+// of the 1-rank run) data-parallel, tensor-parallel on its linear layers and with ZeRO-1, and
+// with its convolutions through oneDNN or im2col (run.conv); a pipeline, an even kernel or an
+// unknown run.conv is a one-line deck error.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -17,6 +18,22 @@ TEST(Cnn, DataTensorAndZeroLayoutsTrainTheSameModel) {
                           {{2, "--set parallel.data=2"},
                            {2, "--set parallel.tensor=2"},
                            {2, "--set parallel.data=2 --set parallel.zero=1"}});
+}
+
+TEST(Cnn, OnednnAndIm2colConvolutionsTrainTheSameModel) {
+  expect_layout_invariant("cnn_conv", kCnn + " --set run.conv=im2col",
+                          {{1, "--set run.conv=onednn"}, {2, "--set run.conv=onednn --set parallel.data=2"}});
+}
+
+TEST(Cnn, TheLogNamesTheConvolutionPath) {
+  const std::string dir = fresh_dir("cnn_conv_log");
+  RunResult r = tessera(1, train_args(dir, kCnn + " --set train.steps=1 --set run.conv=im2col"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string log = read_file(dir + "/log.txt");
+  EXPECT_NE(log.find("conv: fp32 -> im2col (GEMM per sample"), std::string::npos) << log;
+  EXPECT_NE(log.find("; run.conv = im2col"), std::string::npos) << log;
+  r = tessera(1, train_args(dir, kCnn + " --set run.conv=fft"));
+  expect_input_error(r, "run.conv");
 }
 
 TEST(Cnn, PipelineAndEvenKernelsAreDeckErrors) {

@@ -1,11 +1,18 @@
 // The CNN: im2col convolution and max-pooling against naive loops; every parameter gradient of a
-// whole Cnn<double> (two conv blocks, a hidden linear layer) against finite differences.
+// whole Cnn<double> (two conv blocks, a hidden linear layer) against finite differences; the
+// float CNN through oneDNN's convolutions (run.conv = "onednn") and through im2col against that
+// finite-difference-checked double model on the same weights and inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "blas/gemm.hpp"
+#include "blas/onednn_conv.hpp"
 #include "gradient_check.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/conv2d.hpp"
@@ -102,6 +109,73 @@ TEST(Cnn, GradientsMatchFiniteDifferences) {
   EXPECT_THROW(nn::Cnn<double>(store, nn::CnnShape{1, 2, 2, {4, 4}, 3, {}, 2}), std::logic_error);  // after allocate
   nn::ParamStore<double> other;
   EXPECT_THROW(nn::Cnn<double>(other, nn::CnnShape{1, 2, 2, {4, 4}, 3, {}, 2}), std::invalid_argument);
+}
+
+/// Loss and gradients of one forward/backward of a CNN on (x, labels), backward run `passes`
+/// times after one zero_grads (the gradients accumulate as micro-batches' do).
+template <class T>
+std::pair<double, std::vector<double>> loss_and_grads(nn::Cnn<T>& cnn, nn::ParamStore<T>& store,
+                                                      const std::vector<double>& hx, int batch, int passes) {
+  const ExecSpace exec;
+  const int slot = cnn.acquire(batch);
+  std::vector<T> x(hx.begin(), hx.end());
+  Kokkos::deep_copy(cnn.input(slot), to_device(x, std::size_t(batch), x.size() / std::size_t(batch)));
+  const Vector<std::int32_t> labels = to_device(std::vector<std::int32_t>{2, 0, 1});
+  store.zero_grads(exec);
+  double loss = 0;
+  for (int p = 0; p < passes; ++p) {
+    cnn.forward(exec, slot);
+    loss = double(cnn.loss(exec, slot, labels, MatrixU<const T>(), T(0.5)).loss);
+    cnn.backward(exec, slot);
+  }
+  exec.fence();
+  cnn.release(slot);
+  const auto g = to_host(store.grads());
+  return {loss, std::vector<double>(g.begin(), g.end())};
+}
+
+TEST(Cnn, OnednnConvolutionsMatchTheDoubleModelAndIm2col) {
+  if (!blas::onednn::conv_available()) GTEST_SKIP() << "this build has no oneDNN";
+  const ExecSpace exec;
+  nn::CnnShape shape;
+  shape.channels = 3;
+  shape.height = 9;  // odd: the pools drop a row and a column
+  shape.width = 8;
+  shape.conv = {16, 5};
+  shape.hidden = {6};
+  shape.classes = 3;
+  const int batch = 3;
+  nn::ParamStore<double> dstore;
+  nn::Cnn<double> reference(dstore, shape);
+  dstore.allocate();
+  nn::ParamStore<float> fstore[2];
+  std::vector<std::unique_ptr<nn::Cnn<float>>> nets;
+  for (ConvLibrary lib : {ConvLibrary::onednn, ConvLibrary::im2col}) {
+    nn::Cnn<float>::Part part;
+    part.conv = lib;
+    nn::ParamStore<float>& store = fstore[nets.size()];
+    nets.push_back(std::make_unique<nn::Cnn<float>>(store, shape, part));
+    store.allocate();
+    store.initialize(exec, 3);
+    nets.back()->reserve(batch);
+  }
+  ASSERT_TRUE(nets[0]->onednn());
+  ASSERT_FALSE(nets[1]->onednn());
+  // The same weights in the double model.
+  const auto w = to_host(fstore[0].values());
+  Kokkos::deep_copy(dstore.values(), to_device(std::vector<double>(w.begin(), w.end())));
+  reference.reserve(batch);
+  const auto hx = random_vector<double>(std::size_t(batch * 3 * 9 * 8), 7, -1, 1);
+  const auto [want_loss, want] = loss_and_grads(reference, dstore, hx, batch, 1);
+  for (std::size_t n = 0; n < nets.size(); ++n) {
+    SCOPED_TRACE(n == 0 ? "onednn" : "im2col");
+    const auto [loss, got] = loss_and_grads(*nets[n], fstore[n], hx, batch, 2);  // gradients twice over
+    EXPECT_NEAR(loss, want_loss, 1e-5 * std::abs(want_loss));
+    double scale = 0;
+    for (double g : want) scale = std::max(scale, std::abs(g));
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], 2 * want[i], 1e-5 * scale) << "gradient " << i;
+  }
 }
 
 }  // namespace
