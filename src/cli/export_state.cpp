@@ -108,7 +108,8 @@ std::string norm_key(std::size_t i) {
 
 void add_norm_metadata(std::map<std::string, std::string>& metadata, const nn::FieldNorm& norm) {
   const FieldNormValues values = field_norm_values(norm);
-  for (std::size_t i = 0; i < values.size(); ++i) metadata[norm_key(i)] = fmt::format("[{:.9g}]", fmt::join(values[i], ", "));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    metadata[norm_key(i)] = fmt::format("[{:.9g}]", fmt::join(values[i], ", "));
   metadata[std::string(kMetaNorm) + "rule"] = kFieldNormRule;
 }
 
@@ -121,16 +122,16 @@ std::optional<nn::FieldNorm> metadata_norm(const std::string& file, const std::m
   for (std::size_t i = 0; i < kFieldNormTensors.size(); ++i) {
     const std::string key = norm_key(i);
     if (!metadata.count(key))
-      throw InputError(fmt::format("{}: __metadata__ holds {} of the 4 statistics {}*, not {}; an export holds all or none",
-                                   file, present, kMetaNorm, key));
+      throw InputError(fmt::format("{}: __metadata__ holds {} of the 4 statistics {}*, not {}; an export holds "
+                                   "all or none", file, present, kMetaNorm, key));
     const std::string& text = metadata.at(key);
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     const bool numbers = j.is_array() && std::all_of(j.begin(), j.end(), [](const nlohmann::json& v) {
       return v.is_number() && std::abs(v.get<double>()) <= std::numeric_limits<float>::max();
     });
     if (!numbers)
-      throw InputError(fmt::format("{}: __metadata__ {} is \"{}\", expected a list of float32 numbers, one per channel", file, key,
-                                   text.substr(0, 40)));
+      throw InputError(fmt::format("{}: __metadata__ {} is \"{}\", expected a list of float32 numbers, one per "
+                                   "channel", file, key, text.substr(0, 40)));
     for (const nlohmann::json& v : j) values[i].push_back(static_cast<float>(v.get<double>()));
   }
   const nn::FieldNorm norm = field_norm_of(values);

@@ -177,8 +177,8 @@ nn::FieldNorm choose_field_norm(const Config& cfg, const Communicator& comm, con
       *note = fmt::format("normalisation: the statistics stored in {} (/normalization)", checkpoint);
       return *stored;
     }
-    *note = fmt::format("normalisation: computed from {} ({} stores none: written before checkpoints held them)",
-                        source, checkpoint);
+    *note = fmt::format("normalisation: computed from {} ({} stores none: written before checkpoints held them, "
+                        "or by a run without data.normalize)", source, checkpoint);
   } else {
     *note = fmt::format("normalisation: computed from {}", source);
   }
