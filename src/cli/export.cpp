@@ -71,6 +71,9 @@ ModelShape shape_from_checkpoint(const io::CheckpointFile& file, const Config& c
       throw InputError(fmt::format("{}: its deck's model.channels has {} levels; a unet has at most 31", file.path(),
                                    m.channels.size()));
     const std::int64_t side = (std::int64_t{1} << (m.channels.size() - 1)) * std::max(1, m.kernel / 2);
+    if (side > (std::int64_t{1} << 30) || double(std::max(in, out)) * double(side) * double(side) > 0x1p62)
+      throw InputError(fmt::format("{}: its deck's model ({} levels, model.kernel = {}, {} -> {} channels) fits no "
+                                   "field of a size Tessera handles", file.path(), m.channels.size(), m.kernel, in, out));
     s.classification = false;
     s.sample_shape = {in, side, side};
     s.target_shape = {out, side, side};
