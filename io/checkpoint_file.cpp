@@ -412,6 +412,8 @@ CheckpointFile& CheckpointFile::operator=(CheckpointFile&&) noexcept = default;
 
 const std::string& CheckpointFile::path() const { return impl_->path; }
 
+MPI_Comm CheckpointFile::comm() const { return impl_->comm; }
+
 std::int64_t CheckpointFile::format_version() const { return impl_->format_version; }
 
 std::map<std::string, Attr> CheckpointFile::root_attrs() const {

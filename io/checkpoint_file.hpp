@@ -83,6 +83,8 @@ class CheckpointFile {
   CheckpointFile& operator=(CheckpointFile&&) noexcept;
 
   const std::string& path() const;
+  /// The communicator it was opened on.
+  MPI_Comm comm() const;
   /// \brief The root attribute format_version (1 or 2). Local.
   std::int64_t format_version() const;
   /// \brief The root attributes. Local: any rank may call it alone.

@@ -120,6 +120,21 @@ void print_table(const std::vector<TensorRow>& rows, std::ostream& out) {
   for (const TensorRow& r : rows) print(r);
 }
 
+// The values of a group's small one-dimensional float datasets (a unet's normalisation
+// statistics, one per channel), one line each; larger ones are left to the table.
+void print_small_tensors(hid_t file, const std::string& group, std::ostream& out) {
+  for (const std::string& name : h5::list_datasets(file, group)) {
+    h5::Dataset dataset(TESSERA_H5(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
+    h5::Datatype type(TESSERA_H5(H5Dget_type(dataset)));
+    const std::vector<hsize_t> dims = h5::dims(dataset);
+    if (!h5::is_ieee_float(type) || dims.size() != 1 || dims[0] == 0 || dims[0] > 64) continue;
+    h5::check_storage(dataset, name);
+    std::vector<double> values(dims[0]);
+    TESSERA_H5(H5Dread(dataset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+    out << fmt::format("  {}  [{:.9g}]\n", name.substr(group.size() + 1), fmt::join(values, ", "));
+  }
+}
+
 }  // namespace
 
 void inspect_checkpoint(const std::string& path, std::ostream& out) {
@@ -132,13 +147,15 @@ void inspect_checkpoint(const std::string& path, std::ostream& out) {
   const auto format = root.find("format");
   const bool checkpoint = format != root.end() && format->second == Attr(std::string(kCheckpointFormat));
   print_attrs(root, out);
-  for (const char* group : {"optimizer", "train"}) {
+  for (const char* group : {"optimizer", "train", "normalization"}) {
     if (!h5::is_group(file, group)) continue;
     h5::Group g(TESSERA_H5(H5Gopen2(file, group, H5P_DEFAULT)));
     std::map<std::string, Attr> attrs = h5::read_attrs(g);
-    if (attrs.empty()) continue;
+    const bool values = std::string(group) == "normalization";  // a unet's statistics, per channel
+    if (attrs.empty() && !values) continue;
     out << '\n' << group << ":\n";
     print_attrs(attrs, out);
+    if (values) print_small_tensors(file, group, out);
   }
 
   std::vector<TensorRow> rows;

@@ -9,8 +9,11 @@ the JSON `tessera export` wrote beside it (same path, .json), builds the model a
 torch.nn modules whose parameter names are the export's (load_state_dict(strict=True) checks
 every name and shape), and computes the loss `tessera eval` prints on the same split of the same
 data: the mean cross-entropy (or squared error) over the samples; for a gpt the mean over windows
-of `context` tokens of the next-token cross-entropy at every position. The arithmetic is float64.
-With --expect-loss it exits 1 unless |loss - X| <= rtol * |X|.
+of `context` tokens of the next-token cross-entropy at every position; for a unet (the model is
+bench/unet_torch.py's UNet, standardising with the export's normalisation statistics) the mean
+squared error of the standardised fields and the relative L2 error. The arithmetic is float64.
+With --expect-loss it exits 1 unless |loss - X| <= rtol * |X|; likewise --expect-rel-l2, and
+--stats-rtol for a unet's statistics against those recomputed from the deck's training split.
 
 `hf-generate` loads a `tessera export --hf-gpt2` directory with Hugging Face transformers'
 GPT2LMHeadModel (not needed by anything else here) and prints the greedy continuation of a
@@ -175,7 +178,18 @@ class Gpt(nn.Module):
         return self.ln_f(x) @ self.wte.weight.T  # the head is tied to wte
 
 
-MODELS = {"mlp": Mlp, "cnn": Cnn, "gpt": Gpt}
+def unet(c):
+    """bench/unet_torch.py's UNet (the PyTorch peer of Tessera's U-Net), unchanged: an export's
+    tensors are its state_dict."""
+    import importlib.util
+    path = Path(__file__).resolve().parent.parent / "bench" / "unet_torch.py"
+    spec = importlib.util.spec_from_file_location("unet_torch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.UNet(c["in_channels"], c["out_channels"], c["levels"], c["kernel"], c["activation"])
+
+
+MODELS = {"mlp": Mlp, "cnn": Cnn, "gpt": Gpt, "unet": unet}
 
 
 def build(state, config):
@@ -211,6 +225,73 @@ def supervised_loss(model, group, batch):
     return total / n, n
 
 
+def read_fields(group, name):
+    """A split's inputs (float32 after x * scale + offset, as Tessera maps them) or targets."""
+    v = group[name]
+    x = v[()].astype(np.float32)
+    if name == "inputs":
+        x = x * np.float32(v.attrs.get("scale", 1.0)) + np.float32(v.attrs.get("offset", 0.0))
+    return x
+
+
+def channel_statistics(group):
+    """Tessera's data.normalize statistics of a split: per channel mean and population std in
+    float64, rounded to float32 (a constant channel's std is 1)."""
+    stats = {}
+    for name, prefix in (("inputs", "input"), ("targets", "target")):
+        v = read_fields(group, name).astype(np.float64)
+        mean = v.mean(axis=(0, 2, 3))
+        std = np.sqrt(((v - mean[None, :, None, None]) ** 2).mean(axis=(0, 2, 3)))
+        stats[prefix + "_mean"] = mean.astype(np.float32)
+        stats[prefix + "_std"] = np.where(std.astype(np.float32) > 0, std.astype(np.float32), np.float32(1))
+    return stats
+
+
+def field_loss(model, group, norm, batch):
+    """A unet's test loss as `tessera eval` prints it (the mean over samples of the mean squared
+    error of the standardised fields) and the mean relative L2 error in the targets' units."""
+    view = lambda key: torch.from_numpy(np.asarray(norm[key], dtype=np.float32).astype(np.float64)).view(1, -1, 1, 1)
+    x_all, t_all = read_fields(group, "inputs"), read_fields(group, "targets")
+    loss, rel, n = 0.0, 0.0, x_all.shape[0]
+    for begin in range(0, n, batch):
+        x = torch.from_numpy(x_all[begin:begin + batch].astype(np.float64))
+        t = torch.from_numpy(t_all[begin:begin + batch].astype(np.float64))
+        if norm:
+            pred = model((x - view("input_mean")) / view("input_std")) * view("target_std") + view("target_mean")
+            scaled = (pred - t) / view("target_std")
+        else:
+            pred = model(x)
+            scaled = pred - t
+        loss += (scaled ** 2).flatten(1).mean(dim=1).sum().item()
+        rel += ((pred - t).flatten(1).norm(dim=1) / t.flatten(1).norm(dim=1)).sum().item()
+    return loss / n, rel / n, n
+
+
+def unet_eval(model, config, f, split, args):
+    """Evaluates a unet export; prints how its statistics compare with the training split's."""
+    deck = tomllib.loads(config["deck"])
+    norm = config.get("normalization") or {}
+    recomputed = channel_statistics(f[deck["data"]["train_split"]]) if norm else {}
+    stats_ok = True
+    if "input_mean" in norm:
+        # Each difference relative to its channel's std (a mean near 0 is as exact as the values allow).
+        diff = max(float(np.max(np.abs(np.asarray(norm[k], dtype=np.float64) - v) / recomputed[k[:k.index("_")] + "_std"]))
+                   for k, v in recomputed.items())
+        print(f"statistics: the export's against /{deck['data']['train_split']}'s recomputed: "
+              f"max relative difference {diff:.3g} (of each channel's std)")
+        stats_ok = args.stats_rtol is None or diff <= args.stats_rtol
+    elif norm:  # an export of a checkpoint that stores none: the training split's, as tessera eval
+        print("statistics: none in the export; recomputed from the training split")
+        norm = recomputed
+    loss, rel, n = field_loss(model, f[split], norm, args.batch)
+    print(f"relative L2 error {rel:.9g}")
+    if args.expect_rel_l2 is not None:
+        d = abs(rel - args.expect_rel_l2) / abs(args.expect_rel_l2)
+        print(f"tessera eval said relative L2 error {args.expect_rel_l2:.9g}: relative difference {d:.3g}")
+        stats_ok = stats_ok and d <= args.rtol
+    return loss, n, stats_ok
+
+
 def token_loss(model, group, context, batch):
     tokens = group["tokens"][()].astype(np.int64)
     windows = (len(tokens) - 1) // context  # sample s: tokens [sT, sT + T), labels one later
@@ -228,9 +309,13 @@ def evaluate(args):
     state, _, config = load_export(args.export)
     model = build(state, config)
     data, split = deck_data(config, args.data, args.split)
+    ok = True
     with torch.no_grad(), h5py.File(data, "r") as f:
         group = f[split]
-        if config["kind"] == "gpt":
+        if config["kind"] == "unet":
+            loss, n, ok = unet_eval(model, config, f, split, args)
+            what = "samples; loss of the standardised fields" if config.get("normalization") else "samples"
+        elif config["kind"] == "gpt":
             loss, n = token_loss(model, group, config["context"], args.batch)
             what = f"windows of {config['context']} tokens; loss per token"
         else:
@@ -242,7 +327,7 @@ def evaluate(args):
         print(f"tessera eval said {args.expect_loss:.9g}: relative difference {rel:.3g} (tolerance {args.rtol:g})")
         if not rel <= args.rtol:
             return 1
-    return 0
+    return 0 if ok else 1
 
 
 def hf_generate(args):
@@ -268,7 +353,11 @@ def main():
     e.add_argument("--split", help="split (default: the deck's data.test_split)")
     e.add_argument("--batch", type=int, default=256, help="samples per forward")
     e.add_argument("--expect-loss", type=float, help="the loss tessera eval printed")
-    e.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance for --expect-loss")
+    e.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance for --expect-loss and --expect-rel-l2")
+    e.add_argument("--expect-rel-l2", type=float, help="a unet: the relative L2 error tessera eval printed")
+    e.add_argument("--stats-rtol", type=float,
+                   help="a unet: the largest difference allowed between the export's normalisation statistics "
+                        "and those recomputed from the training split, relative to each channel's std")
     g = sub.add_parser("hf-generate", help="greedy text from a --hf-gpt2 export with transformers")
     g.add_argument("dir", help="directory written by tessera export --hf-gpt2")
     g.add_argument("--prompt", required=True)

@@ -138,12 +138,16 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
     }
     io::Split& test = *split;
     ModelShape shape = model_shape(cfg, test.info());
-    if (normalizes_fields(cfg)) {  // the training split's statistics, as training computed them
-      const auto watch = comm.watch("dataset open", Group::data);
-      const auto train = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.train_split,
-                                        cfg.model.context, false, data_cache_limit(comm),
-                                        io::RowBlock{comm.sp(), comm.rank(Group::spatial)});
-      shape.norm = field_norm(comm, *train);
+    std::string norm_note;
+    if (normalizes_fields(cfg)) {  // the checkpoint's statistics, or the training split's as training computed them
+      std::unique_ptr<io::Split> train;
+      const nn::UNetShape u = unet_shape(cfg, shape);
+      shape.norm = choose_field_norm(cfg, comm, checkpoint, u.in_channels, u.out_channels, [&]() -> io::Split& {
+        const auto watch = comm.watch("dataset open", Group::data);
+        train = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.train_split, cfg.model.context,
+                               false, data_cache_limit(comm), io::RowBlock{comm.sp(), comm.rank(Group::spatial)});
+        return *train;
+      }, &norm_note);
     }
     const BatchRows rows = batch_rows(cfg, 1, test.info().samples);
     MemoryEstimate estimate = estimate_memory(cfg, shape, {rows.eval, rows.eval});
@@ -160,6 +164,7 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
                                     ? fmt::format("{} windows of {} tokens; loss and accuracy per token",
                                                   e.samples, cfg.model.context)
                                     : fmt::format("{} samples", e.samples);
+    if (comm.is_root() && !norm_note.empty()) std::cout << norm_note << '\n';
     if (comm.is_root())
       std::cout << fmt::format("eval {} on {} /{}: test loss {:.9g}{}{} ({})\n", checkpoint, cfg.data.path,
                                cfg.data.test_split, e.loss,

@@ -21,6 +21,7 @@
 #include "io/tensor_check.hpp"
 #include "io/torch_zip.hpp"
 #include "optim/optimizer.hpp"
+#include "train/field_norm.hpp"
 
 namespace tessera::cli {
 
@@ -59,6 +60,25 @@ ModelShape shape_from_checkpoint(const io::CheckpointFile& file, const Config& c
     s.in_features = m.context;
     s.outputs = static_cast<std::int64_t>(shape_of(file, "wte.weight", 2)[0]);
     s.sample_shape = {m.context};
+    return s;
+  }
+  if (m.kind == ModelKind::unet) {
+    // Fully convolutional: any field whose rows and columns the levels' pools halve evenly fits
+    // the same tensors; the smallest such (at least kernel/2 rows at the coarsest level) stands in.
+    const auto in = static_cast<std::int64_t>(shape_of(file, "down.0.conv1.weight", 4)[1]);
+    const auto out = static_cast<std::int64_t>(shape_of(file, "head.weight", 4)[0]);
+    if (m.channels.size() > 31)
+      throw InputError(fmt::format("{}: its deck's model.channels has {} levels; a unet has at most 31", file.path(),
+                                   m.channels.size()));
+    const std::int64_t side = (std::int64_t{1} << (m.channels.size() - 1)) * std::max(1, m.kernel / 2);
+    if (side > (std::int64_t{1} << 30) || double(std::max(in, out)) * double(side) * double(side) > 0x1p62)
+      throw InputError(fmt::format("{}: its deck's model ({} levels, model.kernel = {}, {} -> {} channels) fits no "
+                                   "field of a size Tessera handles", file.path(), m.channels.size(), m.kernel, in, out));
+    s.classification = false;
+    s.sample_shape = {in, side, side};
+    s.target_shape = {out, side, side};
+    s.in_features = in * side * side;
+    s.outputs = out * side * side;
     return s;
   }
   const std::string last = m.kind == ModelKind::cnn ? "fc." : "layers.";
@@ -200,6 +220,14 @@ int export_checkpoint(const ExportArgs& args) {
     metadata = export_metadata(file, cfg, naming);
     if (args.optimizer) states = optimizer_states(file, cfg, map, metadata);
   });
+  // A unet's normalisation statistics (checked against their checksums): in the metadata and the JSON.
+  if (cfg.model.kind == ModelKind::unet) {
+    const nn::UNetShape u = unet_shape(cfg, shape);
+    if (const auto stored = stored_field_norm(file, u.in_channels, u.out_channels)) {
+      shape.norm = *stored;
+      add_norm_metadata(metadata, shape.norm);
+    }
+  }
 
   // The values: the model's tensors, then each parameter's optimizer states.
   std::vector<std::pair<std::string, Shape>> paths;
@@ -222,10 +250,13 @@ int export_checkpoint(const ExportArgs& args) {
                     args.hf_gpt2 ? hf_gpt2_config(cfg, shape.outputs) : std::string());
   });
   if (comm.is_root())
-    std::cout << fmt::format("exported {} ({}, step {}: {} parameters in {} tensors{}) to {}, described in {}{}\n",
+    std::cout << fmt::format("exported {} ({}, step {}: {} parameters in {} tensors{}) to {}, described in {}{}{}\n",
                              args.checkpoint, to_string(cfg.model.kind), metadata.at(kMetaStep), parameters,
                              map.size(), states.empty() ? "" : fmt::format(", optimizer state {}", fmt::join(states, ", ")),
-                             out.model, out.json, out.hf_config.empty() ? "" : " and " + out.hf_config)
+                             out.model, out.json, out.hf_config.empty() ? "" : " and " + out.hf_config,
+                             shape.norm.empty() ? ""
+                             : args.format == "torch" ? "; the fields' normalisation statistics in the JSON"
+                                                      : "; the fields' normalisation statistics in the JSON and the metadata")
               << std::flush;
   return 0;
 }

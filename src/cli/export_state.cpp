@@ -3,15 +3,19 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "core/deck.hpp"
 #include "core/error.hpp"
 #include "optim/optimizer.hpp"
+#include "train/field_norm.hpp"
 
 namespace tessera::cli {
 
@@ -90,6 +94,49 @@ std::vector<std::string> optimizer_states(const io::CheckpointFile& file, const 
   for (const auto& [key, value] : oattrs) metadata[kMetaOptimizer + key] = io::to_string(value);
   for (const auto& [key, value] : file.group_attrs("train")) metadata[kMetaTrain + key] = io::to_string(value);
   return opt.state_names();
+}
+
+namespace {
+
+// The statistics' names in the metadata, in kFieldNormTensors' order.
+std::string norm_key(std::size_t i) {
+  const std::string tensor = kFieldNormTensors[i];
+  return kMetaNorm + tensor.substr(tensor.find('/') + 1);
+}
+
+}  // namespace
+
+void add_norm_metadata(std::map<std::string, std::string>& metadata, const nn::FieldNorm& norm) {
+  const FieldNormValues values = field_norm_values(norm);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    metadata[norm_key(i)] = fmt::format("[{:.9g}]", fmt::join(values[i], ", "));
+  metadata[std::string(kMetaNorm) + "rule"] = kFieldNormRule;
+}
+
+std::optional<nn::FieldNorm> metadata_norm(const std::string& file, const std::map<std::string, std::string>& metadata,
+                                           int in_channels, int out_channels) {
+  std::size_t present = 0;
+  for (std::size_t i = 0; i < kFieldNormTensors.size(); ++i) present += metadata.count(norm_key(i));
+  if (present == 0) return std::nullopt;
+  FieldNormValues values;
+  for (std::size_t i = 0; i < kFieldNormTensors.size(); ++i) {
+    const std::string key = norm_key(i);
+    if (!metadata.count(key))
+      throw InputError(fmt::format("{}: __metadata__ holds {} of the 4 statistics {}*, not {}; an export holds "
+                                   "all or none", file, present, kMetaNorm, key));
+    const std::string& text = metadata.at(key);
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    const bool numbers = j.is_array() && std::all_of(j.begin(), j.end(), [](const nlohmann::json& v) {
+      return v.is_number() && std::abs(v.get<double>()) <= std::numeric_limits<float>::max();
+    });
+    if (!numbers)
+      throw InputError(fmt::format("{}: __metadata__ {} is \"{}\", expected a list of float32 numbers, one per "
+                                   "channel", file, key, text.substr(0, 40)));
+    for (const nlohmann::json& v : j) values[i].push_back(static_cast<float>(v.get<double>()));
+  }
+  const nn::FieldNorm norm = field_norm_of(values);
+  check_field_norm(norm, in_channels, out_channels, fmt::format("{}: __metadata__ {}*", file, kMetaNorm));
+  return norm;
 }
 
 std::string optimizer_name(const std::string& exported, const std::string& state) {

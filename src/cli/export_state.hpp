@@ -4,6 +4,7 @@
 // state) and the optimizer-state tensors `optimizer/<name>/<state>`; read back by import.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "core/config.hpp"
 #include "io/attr.hpp"
 #include "io/checkpoint_file.hpp"
+#include "nn/unet.hpp"
 
 namespace tessera::cli {
 
@@ -18,6 +20,9 @@ inline constexpr const char* kMetaStep = "tessera.step";
 /// Prefixes of the /optimizer and /train attributes in the metadata ("tessera.train.epoch").
 inline constexpr const char* kMetaOptimizer = "tessera.optimizer.";
 inline constexpr const char* kMetaTrain = "tessera.train.";
+/// Prefix of a unet's normalisation statistics in the metadata ("tessera.normalization.input_mean":
+/// a JSON list of float32 values, one per channel, with 9 significant digits).
+inline constexpr const char* kMetaNorm = "tessera.normalization.";
 
 /// \brief format "pt" (what Hugging Face expects), the model kind, the naming, the checkpoint's
 /// path, step and deck. Local.
@@ -30,6 +35,16 @@ std::map<std::string, std::string> export_metadata(const io::CheckpointFile& fil
 std::vector<std::string> optimizer_states(const io::CheckpointFile& file, const Config& cfg,
                                           const std::vector<TensorMapping>& map,
                                           std::map<std::string, std::string>& metadata);
+
+/// \brief Adds the statistics (input_mean, input_std, target_mean, target_std) and the rule that
+/// applies them (tessera.normalization.rule) to metadata.
+void add_norm_metadata(std::map<std::string, std::string>& metadata, const nn::FieldNorm& norm);
+
+/// \brief The statistics in an export's metadata, or nullopt where it has none. InputError naming
+/// the file and the key where only some are there, one is no list of numbers, or they do not fit
+/// the channels (check_field_norm).
+std::optional<nn::FieldNorm> metadata_norm(const std::string& file, const std::map<std::string, std::string>& metadata,
+                                           int in_channels, int out_channels);
 
 /// The exported name of a parameter's optimizer state: "optimizer/<exported>/<state>".
 std::string optimizer_name(const std::string& exported, const std::string& state);

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "cli/export.hpp"
@@ -22,6 +23,7 @@
 #include "io/dataset.hpp"
 #include "io/safetensors.hpp"
 #include "optim/optimizer.hpp"
+#include "train/field_norm.hpp"
 #include "train/trainer.hpp"
 
 namespace tessera::cli {
@@ -104,6 +106,20 @@ std::vector<std::vector<float>> read_planned(const io::SafetensorsFile& file, co
   return values;
 }
 
+// A unet's normalisation statistics from the file's metadata (what `export` writes), for a deck
+// that standardises its fields; nullopt where the file has none (eval then computes them).
+std::optional<nn::FieldNorm> import_norm(const io::SafetensorsFile& file, const Config& cfg, const ModelShape& shape) {
+  if (cfg.model.kind != ModelKind::unet) return std::nullopt;
+  const nn::UNetShape u = unet_shape(cfg, shape);
+  std::optional<nn::FieldNorm> norm = metadata_norm(file.path(), file.metadata(), u.in_channels, u.out_channels);
+  if (norm && !normalizes_fields(cfg))
+    throw InputError(fmt::format("{}: holds the normalisation statistics of a model trained on standardised fields "
+                                 "({}*), but the deck {} says data.normalize = \"none\"; import it with a deck that "
+                                 "standardises them (data.normalize = \"auto\" or \"channel\")",
+                                 file.path(), kMetaNorm, cfg.deck_path));
+  return norm;
+}
+
 }  // namespace
 
 int import_checkpoint(const ImportArgs& args) {
@@ -121,6 +137,7 @@ int import_checkpoint(const ImportArgs& args) {
   std::vector<TensorMapping> map;
   std::vector<Planned> planned;
   StoredState state;
+  std::optional<nn::FieldNorm> norm;
   std::vector<std::vector<float>> values;
   agree(comm.handle(), [&] {
     std::error_code ec;
@@ -137,6 +154,7 @@ int import_checkpoint(const ImportArgs& args) {
                     [](const io::SafetensorsEntry& e) { return e.name.starts_with("optimizer/"); });
     planned = plan(*file, map, cfg, with_state);
     state = with_state ? metadata_state(file->path(), file->metadata(), cfg) : fresh_state(cfg);
+    norm = import_norm(*file, cfg, shape);
     if (comm.is_root()) values = read_planned(*file, planned);
   });
 
@@ -161,13 +179,18 @@ int import_checkpoint(const ImportArgs& args) {
     slab.data = comm.is_root() ? values[i].data() : nullptr;
     c.tensors.push_back(std::move(slab));
   }
+  const FieldNormValues norm_values = field_norm_values(norm.value_or(nn::FieldNorm{}));
+  if (norm) {
+    c.group_attrs[kFieldNormGroup] = field_norm_attrs();
+    for (io::TensorSlab& slab : field_norm_slabs(norm_values, comm.is_root())) c.tensors.push_back(std::move(slab));
+  }
   io::write_checkpoint(comm.handle(), args.out, c);
   if (comm.is_root())
-    std::cout << fmt::format("imported {} into {}: the {} of {} ({} tensors, {} optimizer state), step {}; "
+    std::cout << fmt::format("imported {} into {}: the {} of {} ({} tensors, {} optimizer state{}), step {}; "
                              "`tessera train {} --resume {}` {} from it\n",
                              args.file, args.out, describe_model(cfg, shape), args.deck.deck, map.size(),
-                             step > 0 ? "its" : "zero", step, args.deck.deck, args.out,
-                             step > 0 ? "continues" : "fine-tunes")
+                             step > 0 ? "its" : "zero", norm ? ", the fields' normalisation statistics" : "", step,
+                             args.deck.deck, args.out, step > 0 ? "continues" : "fine-tunes")
               << std::flush;
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/version.hpp"
 #include "kernels/layernorm.hpp"
+#include "train/field_norm.hpp"
 
 namespace tessera::cli {
 
@@ -65,6 +66,43 @@ TensorMapping hf_gpt2(const nn::ParamInfo& p) {
     m.exported_shape = {m.exported_shape[1], m.exported_shape[0]};
   }
   return m;
+}
+
+// The U-Net as bench/unet_torch.py's UNet builds it (its state_dict's names), and its
+// normalisation (the rule, and the statistics where the checkpoint stores them).
+void unet_json(nlohmann::ordered_json& j, const Config& cfg, const ModelShape& shape) {
+  const auto& m = cfg.model;
+  const std::int64_t pools = std::int64_t{1} << (m.channels.size() - 1);
+  j["in_channels"] = shape.sample_shape.at(0);
+  j["out_channels"] = shape.target_shape.at(0);
+  j["levels"] = m.channels;
+  j["kernel"] = m.kernel;
+  j["padding"] = m.kernel / 2;
+  j["activation"] = to_string(m.activation);
+  if (m.activation == Activation::gelu) j["gelu_approximate"] = "none";
+  j["down"] = "level l: act(conv2(act(conv1(x)))) (k x k, stride 1, zero padding k/2), kept as skip l; then "
+              "max_pool2d(2) to level l+1 (not after the last level)";
+  j["up"] = "level l = L-2 .. 0: u = upconv(x) (ConvTranspose2d(levels[l+1], levels[l], 2, stride=2)); "
+            "x = act(conv2(act(conv1(torch.cat([u, skip l], dim=1)))))";
+  j["skip_order"] = "up-sampled channels first, then the encoder's (torch.cat([u, skip], dim=1))";
+  j["head"] = "Conv2d(levels[0], out_channels, 1)";
+  j["fields"] = fmt::format("[N, in_channels, H, W] -> [N, out_channels, H, W], H and W multiples of {}", pools);
+  j["loss"] = "mean over the samples of the mean squared error over every value of the (standardised) fields";
+  j["metric"] = "relative L2 error ||prediction - target|| / ||target|| per sample, in the targets' units, averaged";
+  nlohmann::ordered_json norm;
+  if (!shape.norm.empty()) {
+    norm["rule"] = kFieldNormRule;
+    const FieldNormValues values = field_norm_values(shape.norm);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const std::string name = kFieldNormTensors[i];
+      norm[name.substr(name.find('/') + 1)] = values[i];
+    }
+  } else if (normalizes_fields(cfg)) {
+    norm["rule"] = kFieldNormRule;
+    norm["statistics"] = "not in the checkpoint (written before checkpoints stored them): the per-channel mean and "
+                         "population std of the deck's training split (docs/data.md), as float32";
+  }
+  j["normalization"] = norm.empty() ? nlohmann::ordered_json() : norm;
 }
 
 }  // namespace
@@ -124,6 +162,8 @@ std::string model_json(const Config& cfg, const ModelShape& shape, const std::ve
     j["qkv"] = "attn.qkv.weight [3C, C] = the q, k, v projections' rows stacked; bias [3C] likewise";
     j["tied_head"] = "logits = ln_f(x) @ wte.weight^T (no separate head tensor)";
     j["sample"] = "a window of context tokens; loss = mean over its positions of the next token's cross-entropy";
+  } else if (m.kind == ModelKind::unet) {
+    unet_json(j, cfg, shape);
   } else {
     const bool cnn = m.kind == ModelKind::cnn;
     if (cnn) {

@@ -238,7 +238,8 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataPa
 }
 
 io::CheckpointContent Checkpointer::content(const Model& model, const DataParallel& dp, const TrainState& state,
-                                            const float* values, const std::vector<const float*>& states) const {
+                                            const float* values, const std::vector<const float*>& states,
+                                            const FieldNormValues& norm) const {
   const Optimizer& opt = dp.optimizer();
   io::CheckpointContent c;
   c.root_attrs = {
@@ -260,6 +261,10 @@ io::CheckpointContent Checkpointer::content(const Model& model, const DataParall
                             {"skipped_steps", state.skipped_steps},
                             {"samples_seen", state.samples_seen}};
   c.tensors = slabs(model, &dp, values, states);
+  if (!model.shape().norm.empty()) {
+    c.group_attrs[kFieldNormGroup] = field_norm_attrs();
+    for (io::TensorSlab& slab : field_norm_slabs(norm, comm_.is_root())) c.tensors.push_back(std::move(slab));
+  }
   return c;
 }
 
@@ -275,7 +280,8 @@ std::string Checkpointer::save(const Model& model, const DataParallel& dp, const
     states.push_back(h_states.back().data());
   }
   const fs::path path = fs::path(dir_) / fmt::format("step_{:08}.h5", state.step);
-  io::write_checkpoint(comm_.handle(), path.string(), content(model, dp, state, h_values.data(), states));
+  const FieldNormValues norm = field_norm_values(model.shape().norm);
+  io::write_checkpoint(comm_.handle(), path.string(), content(model, dp, state, h_values.data(), states, norm));
   written_.insert(state.step);
   record_latest(path.string());
   return path.string();
@@ -284,6 +290,7 @@ std::string Checkpointer::save(const Model& model, const DataParallel& dp, const
 struct Checkpointer::PendingSave {
   std::vector<float> values;                ///< staged copies: the writer reads these
   std::vector<std::vector<float>> states;
+  FieldNormValues norm;
   std::unique_ptr<io::TensorFileWriter> writer;
   std::string path;
   std::int64_t step = 0;
@@ -310,7 +317,8 @@ void Checkpointer::begin_save(const Model& model, const DataParallel& dp, const 
   }
   p->step = state.step;
   p->path = (fs::path(dir_) / fmt::format("step_{:08}.h5", state.step)).string();
-  io::CheckpointContent c = content(model, dp, state, p->values.data(), states);
+  p->norm = field_norm_values(model.shape().norm);
+  io::CheckpointContent c = content(model, dp, state, p->values.data(), states, p->norm);
   std::vector<std::uint64_t> offsets = io::create_checkpoint_layout(comm_.handle(), p->path, c);
   // Test hooks (as the synchronous ones of io/checkpoint_file.cpp, naming steps): rank 1 (0 when
   // alone) fails its background write, or is killed half-way through it.

@@ -13,6 +13,7 @@
 #include "core/config.hpp"
 #include "io/checkpoint_file.hpp"
 #include "train/data_parallel.hpp"
+#include "train/field_norm.hpp"
 #include "train/model.hpp"
 
 namespace tessera {
@@ -95,9 +96,11 @@ class Checkpointer {
   /// Drops stale temporary files and the checkpoints of this run beyond `keep`. Rank 0.
   void prune() const;
   /// The root and group attributes of a checkpoint of `state`, and this rank's slabs of values
-  /// and states (host copies) in the file's order.
+  /// and states (host copies) in the file's order, then the model's normalisation statistics
+  /// (`norm`: field_norm_values of the model's; none where it has none), written by rank 0.
   io::CheckpointContent content(const Model& model, const DataParallel& dp, const TrainState& state,
-                                const float* values, const std::vector<const float*>& states) const;
+                                const float* values, const std::vector<const float*>& states,
+                                const FieldNormValues& norm) const;
   /// After the file is renamed into place: `latest` names it, old ones are pruned (rank 0, agreed).
   void record_latest(const std::string& path);
 

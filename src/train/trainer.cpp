@@ -219,7 +219,12 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                             cfg_.data.cache, cache_limit, block);
   }
   ModelShape shape = model_shape(cfg_, train_->info());
-  if (normalizes_fields(cfg_)) shape.norm = field_norm(comm_, *train_);
+  std::string norm_note;  // which statistics standardise the fields (resumed: the checkpoint's)
+  if (normalizes_fields(cfg_)) {
+    const nn::UNetShape u = unet_shape(cfg_, shape);
+    shape.norm = choose_field_norm(cfg_, comm_, resume_path, u.in_channels, u.out_channels,
+                                   [&]() -> io::Split& { return *train_; }, &norm_note);
+  }
   if (eval_enabled(cfg_.eval)) {
     const auto watch = comm_.watch("dataset open", Group::data);
     test_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.test_split, cfg_.model.context,
@@ -290,6 +295,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   out_->log(fmt::format("model: {} ({} parameters; {} on this rank), {} steps/epoch, {} steps in all",
                         describe_model(cfg_, shape), parameters, store.parameter_count(),
                         sampler_->batches_per_epoch(), total_steps()));
+  if (!norm_note.empty()) out_->log(norm_note);
   if (cfg_.checkpoint.async)
     out_->log("checkpoints: asynchronous (each rank copies its part at the step, a thread of its own "
               "writes it; latest moves once every rank's part is on disk)");

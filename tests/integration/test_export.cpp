@@ -336,5 +336,179 @@ TEST(Export, BadCheckpointsAndOptionsAreOneLineAndWriteNothing) {
   EXPECT_FALSE(fs::exists(out) || fs::exists(out + ".tmp") || fs::exists(dir + "/out.json"));
 }
 
+// --- U-Net: its normalisation statistics travel with it -------------------------------------
+
+const std::string& darcy() {
+  static const std::string path = [] {
+    const std::string p = fresh_dir("darcy") + "/darcy16.h5";
+    const RunResult r = tessera(1, "prepare darcy --out " + p + " --size 16 --train 24 --test 8 --seed 5");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return p;
+  }();
+  return path;
+}
+
+std::string unet_deck() {
+  return mlp_deck() + " --set data.path=" + darcy() +
+         " --set model.kind=unet --set model.channels=[4,8] --set train.global_batch=8 --set eval.batch=8"
+         " --set optimizer.lr=0.005";
+}
+
+const std::string& unet_run() {  // 10 steps, a checkpoint at the end, fields standardised (the default)
+  static const std::string dir = trained("unet_run", unet_deck(), "--set train.steps=10");
+  return dir;
+}
+
+struct FieldEval {
+  std::string line;  ///< from ": test loss" on
+  std::string loss, rel_l2;
+  std::string output;
+};
+
+FieldEval eval_fields(const std::string& checkpoint, const std::string& extra = "") {
+  const RunResult r = tessera(1, fmt::format("eval {} {} --checkpoint {}", unet_deck(), extra, checkpoint));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(r.output, m, std::regex(R"(test loss ([0-9.eE+-]+) relative L2 error ([0-9.]+))")))
+      << r.output;
+  const std::size_t at = r.output.find(": test loss");
+  return {at == std::string::npos ? "" : r.output.substr(at), m.size() > 2 ? m[1].str() : "", m.size() > 2 ? m[2].str() : "",
+          r.output};
+}
+
+bool python_has_torch() {
+  return shell(fmt::format("{} -c 'import torch, h5py, numpy'", TESSERA_TOOLS_PYTHON)).exit_code == 0;
+}
+
+// A checkpoint without its /normalization group (as written before checkpoints stored it), or
+// without one tensor of it.
+std::string without(const std::string& checkpoint, const std::string& link, const std::string& copy) {
+  fs::copy_file(checkpoint, copy, fs::copy_options::overwrite_existing);
+  const hid_t f = H5Fopen(copy.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  EXPECT_GE(H5Ldelete(f, link.c_str(), H5P_DEFAULT), 0) << link;
+  H5Fclose(f);
+  return copy;
+}
+
+TEST(Export, UNetInThePeersPyTorchModelReproducesTessera_evalWithItsStatistics) {
+  const std::string checkpoint = ckpt(unet_run(), 10);
+  const FieldEval e = eval_fields(checkpoint);
+  EXPECT_NE(e.output.find("normalisation: the statistics stored in " + checkpoint), std::string::npos) << e.output;
+  const RunResult inspect = tessera(1, "inspect " + checkpoint);
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("normalization:"), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("  target_std  ["), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("x_std = (x - input_mean[c]) / input_std[c]"), std::string::npos) << inspect.output;
+
+  for (const std::string format : {"safetensors", "torch"}) {
+    SCOPED_TRACE(format);
+    const std::string out = fresh_dir("export_unet_" + format) + (format == "torch" ? "/unet.pt" : "/unet.safetensors");
+    const RunResult x = tessera(1, fmt::format("export {} --format {} --out {}", checkpoint, format, out));
+    ASSERT_EQ(x.exit_code, 0) << x.output;
+    EXPECT_NE(x.output.find("normalisation statistics"), std::string::npos) << x.output;
+    const auto json = nlohmann::json::parse(read_file(fs::path(out).replace_extension(".json").string()));
+    EXPECT_EQ(json["kind"], "unet");
+    EXPECT_EQ(json["levels"], nlohmann::json::array({4, 8}));
+    EXPECT_EQ(json["in_channels"], 1);
+    EXPECT_EQ(json["out_channels"], 1);
+    EXPECT_EQ(json["normalization"]["target_std"].size(), 1u);
+    EXPECT_GT(json["normalization"]["target_std"][0].get<double>(), 0.0);
+    if (format == "safetensors") {  // the model's tensors only (load_state_dict unchanged), the statistics as metadata
+      const io::SafetensorsFile st(out);
+      EXPECT_EQ(st.entries().size(), 16u);
+      EXPECT_EQ(st.metadata().count("tessera.normalization.input_mean"), 1u);
+    }
+    if (!python_has_torch()) GTEST_SKIP() << TESSERA_TOOLS_PYTHON << " cannot import torch (Debian: python3-torch)";
+    // bench/unet_torch.py's UNet, load_state_dict(strict=True); the statistics against /train's.
+    const RunResult p = python(fmt::format("eval {} --expect-loss {} --expect-rel-l2 {} --rtol 1e-5 --stats-rtol 1e-6",
+                                           out, e.loss, e.rel_l2));
+    EXPECT_EQ(p.exit_code, 0) << p.output;
+    EXPECT_NE(p.output.find("max relative difference"), std::string::npos) << p.output;
+    EXPECT_NE(p.output.find("tessera eval said relative L2 error"), std::string::npos) << p.output;
+  }
+}
+
+TEST(Import, AUNetExportComesBackWithItsStatisticsAndOldCheckpointsRecomputeThem) {
+  const std::string dir = fresh_dir("unet_roundtrip");
+  const std::string checkpoint = ckpt(unet_run(), 10);
+  ASSERT_EQ(tessera(1, fmt::format("export {} --out {}/unet.safetensors", checkpoint, dir)).exit_code, 0);
+  const RunResult i = tessera(2, fmt::format("import {}/unet.safetensors --deck {} --out {}/imported.h5", dir, unet_deck(), dir));
+  ASSERT_EQ(i.exit_code, 0) << i.output;
+  EXPECT_NE(i.output.find("normalisation statistics"), std::string::npos) << i.output;
+  const RunResult d = tessera(1, fmt::format("diff {} {}/imported.h5 --model-only --tolerance 0", checkpoint, dir));
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+
+  // The stored statistics are used: the same numbers through export and import, and whatever
+  // split the deck calls the training split.
+  const FieldEval stored = eval_fields(checkpoint);
+  const FieldEval imported = eval_fields(dir + "/imported.h5");
+  EXPECT_NE(imported.output.find("the statistics stored in"), std::string::npos) << imported.output;
+  EXPECT_EQ(imported.line, stored.line);
+  EXPECT_EQ(eval_fields(checkpoint, "--set data.train_split=test").line, stored.line);
+
+  // A checkpoint without them: recomputed from the training split, the same values (so the same
+  // evaluation), and from another split other ones.
+  const std::string old = without(checkpoint, "normalization", dir + "/old.h5");
+  const FieldEval recomputed = eval_fields(old);
+  EXPECT_NE(recomputed.output.find("stores none"), std::string::npos) << recomputed.output;
+  EXPECT_EQ(recomputed.line, stored.line);
+  EXPECT_NE(eval_fields(old, "--set data.train_split=test").line, stored.line);
+
+  // Resuming: the checkpoint's statistics, or recomputed where it has none; either continues.
+  for (const auto& [from, note] : {std::pair{checkpoint, std::string("the statistics stored in")},
+                                   std::pair{old, std::string("stores none")}}) {
+    const std::string run = fresh_dir("unet_resume");
+    const RunResult r = tessera(1, fmt::format("train {} --set run.output_dir={} --set train.steps=12 --resume {}",
+                                               unet_deck(), run, from));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string log = read_file(run + "/log.txt");
+    EXPECT_NE(log.find("normalisation: "), std::string::npos) << log;
+    EXPECT_NE(log.find(note), std::string::npos) << log;
+  }
+}
+
+TEST(Export, UNetBadStatisticsAndNamingsAreOneLineErrors) {
+  const std::string dir = fresh_dir("unet_bad");
+  const std::string checkpoint = ckpt(unet_run(), 10);
+  expect_input_error(tessera(2, fmt::format("export {} --hf-gpt2 --out {}/hf", checkpoint, dir)),
+                     "the model is a unet; only a gpt maps onto Hugging Face's GPT2LMHeadModel");
+  EXPECT_FALSE(fs::exists(dir + "/hf"));
+  // Three of the four statistics: a damaged checkpoint, for eval, resume and export alike.
+  const std::string partial = without(checkpoint, "normalization/input_std", dir + "/partial.h5");
+  expect_input_error(tessera(2, fmt::format("eval {} --checkpoint {}", unet_deck(), partial)), "holds 3 of the 4 tensors");
+  expect_input_error(tessera(1, fmt::format("export {} --out {}/p.safetensors", partial, dir)), "holds 3 of the 4 tensors");
+  EXPECT_FALSE(fs::exists(dir + "/p.safetensors"));
+
+  const std::string good = dir + "/good.safetensors";
+  ASSERT_EQ(tessera(1, fmt::format("export {} --out {}", checkpoint, good)).exit_code, 0);
+  const Raw raw = read_raw(good);
+  const auto with_metadata = [&](const std::string& key, const nlohmann::json& value) {
+    Raw r = raw;
+    if (value.is_null()) r.header["__metadata__"].erase(key);
+    else r.header["__metadata__"][key] = value;
+    const std::string file = fmt::format("{}/{}.safetensors", dir, key.substr(key.rfind('.') + 1));
+    write_bytes(file, bytes_of(r.header.dump(), r.data));
+    return file;
+  };
+  struct Case {
+    std::string file, deck_extra, needle;
+  };
+  const std::vector<Case> cases = {
+      {good, "--set data.normalize=none", "data.normalize = \"none\""},
+      {with_metadata("tessera.normalization.input_std", "[0]"), "", "standard deviations > 0"},
+      {with_metadata("tessera.normalization.target_mean", "[1, 2]"), "", "the model has 1 target channel(s)"},
+      {with_metadata("tessera.normalization.input_mean", "mean"), "", "expected a list of float32 numbers"},
+      {with_metadata("tessera.normalization.target_std", nullptr), "", "holds 3 of the 4 statistics"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.needle);
+    const std::string out = dir + "/imported.h5";
+    const RunResult r = tessera(1, fmt::format("import {} --deck {} {} --out {}", c.file, unet_deck(), c.deck_extra, out));
+    expect_input_error(r, c.needle);
+    EXPECT_NE(r.output.find(c.file), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out) || fs::exists(out + ".tmp"));
+  }
+}
+
 }  // namespace
 }  // namespace tessera::test
