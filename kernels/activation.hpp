@@ -110,7 +110,8 @@ void gelu_forward_saving_derivative(const ExecSpace& exec, const BView& b, const
 /// \brief dz = dy * d with d = gelu'(z + b) from gelu_forward_saving_derivative, and db += the
 /// column sums of dz: the gradient of the bias b in the same pass (accumulates, for
 /// micro-batches; one thread per block of columns, each column's order fixed, as
-/// bias_backward).  d (B,N), dy (B,N), dz (B,N) (may alias dy), db (N).
+/// bias_backward).  d (B,N), dy (B,N), dz (B,N) (may alias dy), db (N). dz may be a bf16 buffer
+/// (std::uint16_t bit patterns): it gets dz rounded to bf16, db the sums of the unrounded values.
 template <class DView, class DyView, class DzView, class DbView>
 void gelu_backward_saved(const ExecSpace& exec, const DView& d, const DyView& dy, const DzView& dz,
                          const DbView& db) {
@@ -126,7 +127,7 @@ void gelu_backward_saved(const ExecSpace& exec, const DView& d, const DyView& dy
                            TESSERA_SIMD
                            for (Index k = 0; k < n; ++k) {
                              const T g = T(dy(i, j0 + k) * d(i, j0 + k));
-                             dz(i, j0 + k) = g;
+                             stored(dz(i, j0 + k)) = g;
                              sum[k] += g;
                            }
                          }

@@ -167,12 +167,13 @@ typename Gpt<T>::Acts Gpt<T>::make_acts(const char* what) const {
     a.ln1_16 = alloc_matrix<std::uint16_t>(w + ".ln1 (bf16)", n, C);
     a.ln2_16 = alloc_matrix<std::uint16_t>(w + ".ln2 (bf16)", n, C);
     a.h16 = alloc_matrix<std::uint16_t>(w + ".h (bf16)", n, 4 * Cl);
+    a.qkv16 = alloc_matrix<std::uint16_t>(w + ".qkv (bf16 head blocks)", n, 3 * Cl);
   } else {
     a.ln1 = alloc_matrix<T>(w + ".ln1", n, C);
     a.ln2 = alloc_matrix<T>(w + ".ln2", n, C);
     a.h = alloc_matrix<T>(w + ".h", n, 4 * Cl);
+    a.qkv = alloc_matrix<T>(w + ".qkv", n, 3 * Cl);
   }
-  a.qkv = alloc_matrix<T>(w + ".qkv", n, 3 * Cl);
   a.y = alloc_matrix<T>(w + ".y", n, Cl);
   a.x1 = alloc_matrix<T>(w + ".x1", n, C);
   a.fc = alloc_matrix<T>(w + ".fc", n, 4 * Cl);
@@ -222,6 +223,7 @@ void Gpt<T>::add_slot() {
     dqkv_ = alloc_matrix<T>("dqkv", n, 3 * Cl);
     dy_ = alloc_matrix<T>("dy", n, Cl);
     dh_ = alloc_matrix<T>("dh", n, 4 * Cl);
+    if (bf16_acts_) dh16_ = alloc_matrix<std::uint16_t>("dh (bf16)", n, 4 * Cl);
     dhf_ = alloc_matrix<T>("dhf", n, C);
     dscores_ = Att<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::dscores"),
                                          Kokkos::WithoutInitializing),
@@ -234,6 +236,7 @@ template <class T>
 void Gpt<T>::clear_slots() {
   slots_.clear();
   work_ = Acts{};
+  dh16_ = Matrix<std::uint16_t>();
 }
 
 template <class T>
@@ -322,15 +325,23 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
                               const Acts& a, int tokens, const MatrixU<T>& out) const {
   const int batch = tokens / shape_.context;
   const auto r = [&](const auto& m) { return first_rows(m, tokens); };
-  const MatrixU<T> qkv = r(a.qkv), y = r(a.y), x1 = r(a.x1), fc = r(a.fc);
+  const MatrixU<T> qkv = r(a.qkv), y = r(a.y), x1 = r(a.x1), fc = r(a.fc);  // qkv: empty in bf16
   const MatrixU<A> ln1 = r(pick<A>(a.ln1, a.ln1_16)), ln2 = r(pick<A>(a.ln2, a.ln2_16)),
                    h = r(pick<A>(a.h, a.h16));
   kernels::layernorm_forward(exec, x, store_->value(b.ln1_w), store_->value(b.ln1_b), ln1,
                              head(a.mean1, tokens), head(a.rstd1, tokens));
-  linear_forward(exec, b.qkv, ln1, qkv, part_.tensor_sum);
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
-  if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
-  else attention_forward<T>(exec, qkv, y, att);
+  if constexpr (std::is_same_v<A, std::uint16_t>) {
+    // qkv lands in fp32 scratch (backward's dqkv, free until then) and is kept as bf16 head blocks.
+    const MatrixU<T> qkv32 = r(dqkv_);
+    linear_forward(exec, b.qkv, ln1, qkv32, part_.tensor_sum);
+    qkv_to_bf16(exec, qkv32, heads_local_, shape_.context, a.qkv16.data());
+    attention_forward_bf16(exec, a.qkv16.data(), y, att);
+  } else {
+    linear_forward(exec, b.qkv, ln1, qkv, part_.tensor_sum);
+    if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
+    else attention_forward<T>(exec, qkv, y, att);
+  }
   // The biases of proj, fc and mproj come in the kernels after their products (one pass
   // fewer over each output).
   b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
@@ -354,8 +365,14 @@ void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const Matr
   const MatrixU<T> dh = r(dh_), dln = r(dln_), d1 = r(d1_), dy = r(dy_), dqkv = r(dqkv_);
   // MLP sub-block (mproj is row-parallel: its input gradient needs no sum).
   linear_backward(exec, b.mproj, r(pick<A>(a.h, a.h16)), dres, dh, part_.tensor_sum);
-  kernels::gelu_backward_saved(exec, r(a.fc), dh, dh, store_->grad(b.fc.bias_index()));  // and fc's bias
-  linear_backward(exec, b.fc, r(pick<A>(a.ln2, a.ln2_16)), dh, dln, part_.tensor_sum, Linear<T>::Bias::caller);
+  if constexpr (std::is_same_v<A, std::uint16_t>) {  // fc's output gradient only feeds products: bf16
+    const MatrixU<std::uint16_t> dh16 = r(dh16_);
+    kernels::gelu_backward_saved(exec, r(a.fc), dh, dh16, store_->grad(b.fc.bias_index()));  // and fc's bias
+    b.fc.backward_bf16(exec, Bf16Matrix(r(a.ln2_16)), Bf16Matrix(dh16), dln, part_.tensor_sum);
+  } else {
+    kernels::gelu_backward_saved(exec, r(a.fc), dh, dh, store_->grad(b.fc.bias_index()));  // and fc's bias
+    linear_backward(exec, b.fc, r(a.ln2), dh, dln, part_.tensor_sum, Linear<T>::Bias::caller);
+  }
   kernels::layernorm_backward(exec, r(a.x1), store_->value(b.ln2_w), head(a.mean2, tokens),
                               head(a.rstd2, tokens), dln, d1, store_->grad(b.ln2_w), store_->grad(b.ln2_b),
                               dres);  // d1: the gradient of x1, through LayerNorm and the residual
@@ -364,7 +381,8 @@ void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const Matr
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
   const AttU<T> ds(dscores_.data(), std::size_t(batch), dscores_.extent(1), dscores_.extent(2),
                    dscores_.extent(3));
-  if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
+  if constexpr (std::is_same_v<A, std::uint16_t>) attention_backward_bf16(exec, a.qkv16.data(), att, dy, dqkv, ds);
+  else if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
   else attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
   linear_backward(exec, b.qkv, r(pick<A>(a.ln1, a.ln1_16)), dqkv, dln, part_.tensor_sum);
   kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), head(a.mean1, tokens),

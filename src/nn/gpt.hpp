@@ -30,9 +30,9 @@
 // Activations: with recompute off, a slot keeps every block's intermediate tensors; with it on,
 // only each block's input, and backward recomputes the block's forward into one shared set.
 // Where the products take bf16 operands (blas::bf16_operands(): train.precision = bf16 on a host
-// bf16 GEMM), the tensors only products read (ln_1's, ln_2's and ln_f's outputs, the GELU's) are
-// written in bf16 by their kernels and kept so for the weight gradients (half the bytes, no
-// packing, the same bits), and the products read the weights' bf16 copies (nn/linear.hpp).
+// bf16 GEMM), the tensors only products read (ln_1's, ln_2's and ln_f's outputs, the GELU's, qkv)
+// are kept in bf16 (half the bytes, no packing, the same bits), and the products read the
+// weights' bf16 copies (nn/linear.hpp).
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -103,10 +103,11 @@ class Gpt : public Network<T> {
   // and what backward needs. fc holds mlp.fc's output until the GELU replaces it with gelu'.
   // att: the attention probabilities (B, heads, T, T), or where the fused attention runs (a GPU
   // build, nn/attention.hpp) each row's log-sum-exp (B, heads, T, 1).
-  // ln1, ln2 and h are left empty where their bf16 versions (ln1_16, ln2_16, h16) hold them.
+  // ln1, ln2, h and qkv are left empty where their bf16 versions (ln1_16, ln2_16, h16, and
+  // qkv16 as nn::qkv_to_bf16's head blocks) hold them.
   struct Acts {
     Matrix<T> ln1, qkv, y, x1, ln2, fc, h;
-    Matrix<std::uint16_t> ln1_16, ln2_16, h16;
+    Matrix<std::uint16_t> ln1_16, ln2_16, h16, qkv16;
     Vector<T> mean1, rstd1, mean2, rstd2;
     Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> att;
   };
@@ -165,6 +166,7 @@ class Gpt : public Network<T> {
   // Shared by every slot: backward's working buffers and, with recompute, one block's tensors.
   Acts work_;
   Matrix<T> dres_, dln_, d1_, dqkv_, dy_, dh_, dhf_;
+  Matrix<std::uint16_t> dh16_;  // under bf16 activations: fc's output gradient, which only products read
   Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> dscores_;
   Vector<T> xent_;  // loss: per-row (max, sum) of every tensor rank, then the target logits
 };

@@ -156,6 +156,16 @@ class Linear {
     backward_bf16(exec, x, dy, dx, who);
     complete_backward(exec, dx, sum);
   }
+  /// \brief backward_bf16() with dy kept in bf16 as well (written so by the kernel that made it,
+  /// which also summed the bias gradient: the layer's bias is the caller's). Completed over the
+  /// tensor group as above.
+  void backward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const Bf16Matrix& dy, const MatrixU<T>& dx,
+                     const TensorSum& sum) const {
+    check_shape("backward: x", x, int(x.extent(0)), in_);
+    check_shape("backward: dy", dy, int(x.extent(0)), out_);
+    backward_products(exec, int(x.extent(0)), {nullptr, x.data(), ld(x)}, {nullptr, dy.data(), ld(dy)}, dx);
+    complete_backward(exec, dx, sum);
+  }
 
   /// \brief dW += dy^T x, db += colsum(dy) (both accumulate, for micro-batches; db only with
   /// Bias::layer), and dx = dy W when dx is not empty (dx is overwritten).
@@ -163,14 +173,18 @@ class Linear {
   void backward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<const T>& dy,
                 const MatrixU<T>& dx, Bias who = Bias::layer) const {
     check_shape("backward: x", x, int(x.extent(0)), in_);
-    backward_products(exec, int(x.extent(0)), x.data(), nullptr, ld(x), dy, dx, who);
+    check_shape("backward: dy", dy, int(x.extent(0)), out_);
+    if (who == Bias::layer) kernels::bias_backward(exec, dy, store_->grad(bias_));
+    backward_products(exec, int(x.extent(0)), {x.data(), nullptr, ld(x)}, {dy.data(), nullptr, ld(dy)}, dx);
   }
 
   /// \brief backward() with the input kept in bf16 (as forward_bf16). Needs blas::bf16_operands().
   void backward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const MatrixU<const T>& dy,
                      const MatrixU<T>& dx, Bias who = Bias::layer) const {
     check_shape("backward: x", x, int(x.extent(0)), in_);
-    backward_products(exec, int(x.extent(0)), nullptr, x.data(), ld(x), dy, dx, who);
+    check_shape("backward: dy", dy, int(x.extent(0)), out_);
+    if (who == Bias::layer) kernels::bias_backward(exec, dy, store_->grad(bias_));
+    backward_products(exec, int(x.extent(0)), {nullptr, x.data(), ld(x)}, {dy.data(), nullptr, ld(dy)}, dx);
   }
 
  private:
@@ -187,61 +201,51 @@ class Linear {
     sum(dx.data(), dx.size());
   }
 
-  /// C = alpha op(A) op(B) + beta C where A is fp32 and B is x (fp32 or, with x16, bf16) or,
-  /// with the weight (x == x16 == nullptr), the weight's bf16 copy or its values.
-  void product(const ExecSpace& exec, blas::Op ta, blas::Op tb, int m, int n, int k, const T* A, int lda,
-               const T* x, const std::uint16_t* x16, int ldx, T beta, T* C, int ldc) const {
-    const bool weight = x == nullptr && x16 == nullptr;
-    (void)x16;  // read by the float store only
+  /// An operand of the products: T values or (b16) bf16, at row stride ld.
+  struct In {
+    const T* t;
+    const std::uint16_t* b16;
+    int ld;
+  };
+
+  /// C = op(A) op(B) + beta C, B the weight where b is {} (its bf16 copy or its values).
+  void product(const ExecSpace& exec, blas::Op ta, blas::Op tb, int m, int n, int k, const In& a, const In& b,
+               T beta, T* C, int ldc) const {
+    const bool weight = b.t == nullptr && b.b16 == nullptr;
     if constexpr (std::is_same_v<T, float>) {
       const bool bf16w = weight && bf16_weights(*store_);
-      if (x16 != nullptr || bf16w) {
-        const blas::Operand b = !weight ? blas::Operand{x, x16, ldx}
-                                : bf16w ? blas::Operand{nullptr, store_->bf16_value(exec, weight_), in_}
-                                        : blas::Operand{store_->value_matrix(weight_).data(), nullptr, in_};
-        blas::gemm(exec, ta, tb, m, n, k, 1.0f, blas::Operand{A, nullptr, lda}, b, beta, C, ldc);
+      if (a.b16 != nullptr || b.b16 != nullptr || bf16w) {
+        const blas::Operand bo = !weight ? blas::Operand{b.t, b.b16, b.ld}
+                                 : bf16w ? blas::Operand{nullptr, store_->bf16_value(exec, weight_), in_}
+                                         : blas::Operand{store_->value_matrix(weight_).data(), nullptr, in_};
+        blas::gemm(exec, ta, tb, m, n, k, 1.0f, blas::Operand{a.t, a.b16, a.ld}, bo, beta, C, ldc);
         return;
       }
     }
-    if (weight) x = store_->value_matrix(weight_).data(), ldx = in_;
-    blas::gemm(exec, ta, tb, m, n, k, T(1), A, lda, x, ldx, beta, C, ldc);
+    const T* bt = weight ? store_->value_matrix(weight_).data() : b.t;
+    blas::gemm(exec, ta, tb, m, n, k, T(1), a.t, a.ld, bt, weight ? in_ : b.ld, beta, C, ldc);
   }
 
   /// y = x W^T (+ b), x as fp32 values or (x16) bf16.
   void forward_product(const ExecSpace& exec, int batch, const T* x, const std::uint16_t* x16, int ldx,
                        const MatrixU<T>& y, Bias who) const {
     check_shape("forward: y", y, batch, out_);
-    (void)x16;  // read by the float store only
     // Bias into every row of y, then y += x W^T: the weight is op(B), x is op(A).
     const bool bias = split_ != Split::row && who == Bias::layer;
     if (bias) kernels::bias_broadcast(exec, store_->value(bias_), y);
-    const T beta = bias ? T(1) : T(0);
-    if constexpr (std::is_same_v<T, float>) {
-      const bool bf16w = bf16_weights(*store_);
-      if (x16 != nullptr || bf16w) {
-        const blas::Operand w = bf16w ? blas::Operand{nullptr, store_->bf16_value(exec, weight_), in_}
-                                      : blas::Operand{store_->value_matrix(weight_).data(), nullptr, in_};
-        blas::gemm(exec, blas::Op::N, blas::Op::T, batch, out_, in_, 1.0f, blas::Operand{x, x16, ldx}, w, beta,
-                   y.data(), ld(y));
-        return;
-      }
-    }
-    blas::gemm(exec, blas::Op::N, blas::Op::T, batch, out_, in_, T(1), x, ldx,
-               store_->value_matrix(weight_).data(), in_, beta, y.data(), ld(y));
+    product(exec, blas::Op::N, blas::Op::T, batch, out_, in_, In{x, x16, ldx}, In{nullptr, nullptr, 0},
+            bias ? T(1) : T(0), y.data(), ld(y));
   }
 
-  /// dW += dy^T x, db += colsum(dy), dx = dy W (backward()), x as fp32 values or (x16) bf16.
-  void backward_products(const ExecSpace& exec, int batch, const T* x, const std::uint16_t* x16, int ldx,
-                         const MatrixU<const T>& dy, const MatrixU<T>& dx, Bias who) const {
-    check_shape("backward: dy", dy, batch, out_);
+  /// dW += dy^T x and dx = dy W (backward(); the bias gradient is the caller's), x and dy as
+  /// values or bf16.
+  void backward_products(const ExecSpace& exec, int batch, const In& x, const In& dy, const MatrixU<T>& dx) const {
     const MatrixU<T> dw = store_->grad_matrix(weight_);
-    product(exec, blas::Op::T, blas::Op::N, out_, in_, batch, dy.data(), ld(dy), x, x16, ldx, T(1), dw.data(),
-            in_);
-    if (who == Bias::layer) kernels::bias_backward(exec, dy, store_->grad(bias_));
+    product(exec, blas::Op::T, blas::Op::N, out_, in_, batch, dy, x, T(1), dw.data(), in_);
     if (dx.data() != nullptr) {
       check_shape("backward: dx", dx, batch, in_);
-      product(exec, blas::Op::N, blas::Op::N, batch, in_, out_, dy.data(), ld(dy), nullptr, nullptr, 0, T(0),
-              dx.data(), ld(dx));
+      product(exec, blas::Op::N, blas::Op::N, batch, in_, out_, dy, In{nullptr, nullptr, 0}, T(0), dx.data(),
+              ld(dx));
     }
   }
 
