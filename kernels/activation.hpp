@@ -6,6 +6,7 @@
 // Backward kernels take the pre-activation z (gelu_backward_saved: the derivative its forward
 // kept), so dz may alias dy (in-place backward).
 #include "kernels/math.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/simd.hpp"
 #include "kernels/views.hpp"
 
@@ -82,33 +83,35 @@ void gelu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, cons
 /// (gelu_backward_saved): the derivative costs as much as the value, and a forward that keeps it
 /// saves that cost in backward. b is the bias of the layer whose product z is, added in the same
 /// pass.  b (N), z (B,N), y (B,N), d (B,N); d may alias z (the pre-activation is then no longer
-/// needed).
+/// needed). y may be a bf16 buffer (std::uint16_t bit patterns): it gets the values rounded to
+/// bf16 (kernels/precision.hpp's stored()); d stays in the precision of the computation.
 template <class BView, class ZView, class YView, class DView>
 void gelu_forward_saving_derivative(const ExecSpace& exec, const BView& b, const ZView& z, const YView& y,
                                     const DView& d) {
-  using T = typename YView::non_const_value_type;
+  using T = typename DView::non_const_value_type;
   const auto element = KOKKOS_LAMBDA(const Index i, const Index j) {
     T yij, dij;
     gelu_with_derivative(T(z(i, j) + b(j)), yij, dij);
-    y(i, j) = yij;
+    stored(y(i, j)) = yij;
     d(i, j) = dij;
   };
-  if constexpr (rows_on_host<YView>()) {
-    const Index cols = Index(y.extent(1));
-    Kokkos::parallel_for("tessera::gelu_forward_saving_derivative", range(exec, Index(y.extent(0))),
+  if constexpr (rows_on_host<DView>()) {
+    const Index cols = Index(d.extent(1));
+    Kokkos::parallel_for("tessera::gelu_forward_saving_derivative", range(exec, Index(d.extent(0))),
                          KOKKOS_LAMBDA(const Index i) {
                            TESSERA_SIMD
                            for (Index j = 0; j < cols; ++j) element(i, j);
                          });
   } else {
-    Kokkos::parallel_for("tessera::gelu_forward_saving_derivative", rows_cols(exec, y), element);
+    Kokkos::parallel_for("tessera::gelu_forward_saving_derivative", rows_cols(exec, d), element);
   }
 }
 
 /// \brief dz = dy * d with d = gelu'(z + b) from gelu_forward_saving_derivative, and db += the
 /// column sums of dz: the gradient of the bias b in the same pass (accumulates, for
 /// micro-batches; one thread per block of columns, each column's order fixed, as
-/// bias_backward).  d (B,N), dy (B,N), dz (B,N) (may alias dy), db (N).
+/// bias_backward).  d (B,N), dy (B,N), dz (B,N) (may alias dy), db (N). dz may be a bf16 buffer
+/// (std::uint16_t bit patterns): it gets dz rounded to bf16, db the sums of the unrounded values.
 template <class DView, class DyView, class DzView, class DbView>
 void gelu_backward_saved(const ExecSpace& exec, const DView& d, const DyView& dy, const DzView& dz,
                          const DbView& db) {
@@ -124,7 +127,7 @@ void gelu_backward_saved(const ExecSpace& exec, const DView& d, const DyView& dy
                            TESSERA_SIMD
                            for (Index k = 0; k < n; ++k) {
                              const T g = T(dy(i, j0 + k) * d(i, j0 + k));
-                             dz(i, j0 + k) = g;
+                             stored(dz(i, j0 + k)) = g;
                              sum[k] += g;
                            }
                          }

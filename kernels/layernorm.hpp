@@ -9,6 +9,7 @@
 //   dx_rc      = rstd_r (g_rc - mean_c(g_r.) - n_rc mean_c(g_r. n_r.))     (overwritten)
 //   dweight_c += sum_r dy_rc n_rc,   dbias_c += sum_r dy_rc               (accumulated)
 #include "kernels/math.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/simd.hpp"
 #include "kernels/views.hpp"
 
@@ -43,18 +44,20 @@ KOKKOS_INLINE_FUNCTION void layernorm_row(const XRow& x, const YRow& y, const WR
 
 /// \brief y = layernorm(x) * weight + bias, saving mean and rstd for backward.
 /// x (rows,C), weight (C), bias (C), y (rows,C) (may alias x), mean (rows), rstd (rows).
+/// y may be a bf16 buffer (std::uint16_t bit patterns, kernels/precision.hpp's stored()): the
+/// row is computed in the precision of mean and y gets its values rounded to bf16.
 /// One thread per row.
 template <class XView, class WView, class BView, class YView, class MView, class RView>
 void layernorm_forward(const ExecSpace& exec, const XView& x, const WView& weight, const BView& bias,
                        const YView& y, const MView& mean, const RView& rstd,
                        double eps = layernorm_eps) {
-  using T = typename YView::non_const_value_type;
+  using T = typename MView::non_const_value_type;
   const Index cols = Index(x.extent(1));
   const T eps_t = T(eps);
   Kokkos::parallel_for(
       "tessera::layernorm_forward", range(exec, Index(x.extent(0))), KOKKOS_LAMBDA(const Index r) {
         T m = T(0), s = T(0);
-        layernorm_row<T>([&](Index c) { return x(r, c); }, [&](Index c) -> T& { return y(r, c); },
+        layernorm_row<T>([&](Index c) { return x(r, c); }, [&](Index c) -> decltype(auto) { return stored(y(r, c)); },
                          [&](Index c) { return weight(c); }, [&](Index c) { return bias(c); }, cols,
                          eps_t, m, s);
         mean(r) = m;

@@ -116,6 +116,22 @@ void round_rows(const ExecSpace& exec, const char* label, float* c, Index rows, 
 
 }  // namespace detail
 
+/// \brief A bf16 element (its bit pattern) that takes floats: assigning x stores to_bf16_bits(x).
+/// What a kernel's store goes through where it writes a bf16 buffer (stored()).
+struct Bf16Ref {
+  std::uint16_t& bits;
+  KOKKOS_INLINE_FUNCTION void operator=(float x) const { bits = to_bf16_bits(x); }
+};
+
+/// \brief What a kernel assigns its result to: the element itself, or for a bf16 buffer
+/// (std::uint16_t bit patterns) a Bf16Ref that rounds to bf16 on the way in. So one kernel writes
+/// fp32 or bf16 outputs: `stored(y(i, j)) = value;`.
+template <class T>
+KOKKOS_INLINE_FUNCTION T& stored(T& element) {
+  return element;
+}
+KOKKOS_INLINE_FUNCTION Bf16Ref stored(std::uint16_t& element) { return Bf16Ref{element}; }
+
 /// round_bf16 and round_fp16 as function objects, for kernels templated on the rounding.
 struct RoundBf16 {
   KOKKOS_INLINE_FUNCTION float operator()(float x) const { return round_bf16(x); }

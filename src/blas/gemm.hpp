@@ -2,6 +2,7 @@
 // Dense matrix products through the vendor BLAS: CBLAS (OpenBLAS) where Tessera's memory space
 // is host memory, cuBLAS where it is CUDA memory. The choice is made at compile time from
 // tessera::MemSpace; a device Kokkos without the CUDA wrappers is a build error.
+#include <cstdint>
 #include <string>
 
 #include "blas/op.hpp"
@@ -55,6 +56,30 @@ const char* lowp_path(Precision p);
 /// inf beyond 65504). Double GEMMs and gemm(exec, p, ...) are not affected.
 void set_matmul_precision(Precision p);
 Precision matmul_precision();
+
+/// \brief An operand of the product below: fp32 values (f32), rounded to bf16 as the product
+/// reads them, or values that are bf16 already (bf16: bit patterns, kernels/precision.hpp), stored
+/// as the float gemm's A or B would be, at row stride ld. Exactly one of the pointers is set.
+struct Operand {
+  const float* f32 = nullptr;
+  const std::uint16_t* bf16 = nullptr;
+  int ld = 0;
+};
+
+/// \brief True where the float gemm(exec, ta, ...) of this process multiplies bf16 operands as
+/// they are: matmul_precision() is bf16 and the host runs a real bf16 GEMM (oneDNN's matmul or
+/// cblas_sbgemm), so an operand kept in bf16 by its producer (a weight's copy, an activation
+/// written in bf16) saves the packing and gives the same bits. False for fp32 and fp16, for the
+/// emulated bf16 path and on CUDA, which keep packing fp32 operands.
+bool bf16_operands();
+
+/// \brief The float gemm(exec, ta, ...) of this process (under bf16: operands rounded to bf16,
+/// fp32 accumulation, C rounded to bf16) with operands that may be bf16 already: those are read
+/// as they are, fp32 ones are packed into bf16 scratch as gemm(exec, p, ...) packs them; the same
+/// bits as the float gemm on the fp32 values of the bf16 ones. Needs bf16_operands() (else
+/// std::logic_error); arguments checked as the float gemm's (lda = A.ld, ldb = B.ld).
+void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
+          const Operand& B, float beta, float* C, int ldc);
 
 /// \brief A float GEMM in fp32 whatever set_matmul_precision() says.
 void gemm_fp32(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,

@@ -1,8 +1,10 @@
 // Mixed-precision GEMM: operands rounded or converted to bf16 / fp16 by Kokkos kernels into
 // grow-only scratch, then the vendor BLAS (blas/gemm.hpp documents the contract).
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "blas/cblas_gemm.hpp"
@@ -122,6 +124,25 @@ State& state() {
 }
 
 #if !defined(TESSERA_GEMM_CUBLAS)
+/// The host bf16 GEMM of library_for(bf16): oneDNN's matmul or cblas_sbgemm, nullptr where
+/// neither runs (the emulation).
+cblas::SbgemmFn bf16_gemm() {
+  return library_for(Precision::bf16) == Library::onednn ? &onednn::gemm_bf16 : cblas::sbgemm();
+}
+
+/// Operand x of op(x) (rows_op x cols_op) as bf16: itself where it is bf16 already, else packed
+/// into `scratch`; ld becomes the stride of what is returned.
+const std::uint16_t* bf16_operand(const ExecSpace& exec, Scratch<std::uint16_t>& scratch, const Operand& x,
+                                  Op op, int rows_op, int cols_op, int& ld) {
+  ld = x.ld;
+  if (x.bf16 != nullptr) return x.bf16;
+  const Stored st = stored(op, rows_op, cols_op, x.ld);
+  std::uint16_t* out = scratch.reserve(exec, st.size());
+  pack(exec, x.f32, st, out, ToBf16Bits{});
+  ld = st.packed_ld();
+  return out;
+}
+
 /// Packs both operands with `convert` and runs `product` on the packed copies.
 template <class Out, class Convert, class Product>
 void packed_product(const ExecSpace& exec, Scratch<Out>& sa, Scratch<Out>& sb, const float* A,
@@ -171,9 +192,7 @@ void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k,
   cublas::gemm_ex(exec.cuda_stream(), p, ta, tb, m, n, k, alpha, pa, pa_ld, pb, pb_ld, beta, C,
                   ldc);
 #else
-  const cblas::SbgemmFn sbgemm = p != Precision::bf16                       ? nullptr
-                                 : library_for(p) == Library::onednn ? &onednn::gemm_bf16
-                                                                     : cblas::sbgemm();
+  const cblas::SbgemmFn sbgemm = p == Precision::bf16 ? bf16_gemm() : nullptr;
   if (sbgemm != nullptr) {
     packed_product(exec, s.a16, s.b16, A, a, B, b, ToBf16Bits{},
                    [&](const std::uint16_t* pa, const std::uint16_t* pb) {
@@ -189,6 +208,47 @@ void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k,
   } else {
     packed_product(exec, s.a32, s.b32, A, a, B, b, kernels::RoundFp16{}, sgemm);
   }
+#endif
+}
+
+bool bf16_operands() {
+#if defined(TESSERA_GEMM_CUBLAS)
+  return false;
+#else
+  // Test hook: TESSERA_TEST_PACK_BF16 set keeps every operand fp32, packed at each product (the
+  // path before bf16 operands), so a test can compare the bits of both.
+  static const bool pack_only = std::getenv("TESSERA_TEST_PACK_BF16") != nullptr;
+  return !pack_only && matmul_precision() == Precision::bf16 && bf16_gemm() != nullptr;
+#endif
+}
+
+void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
+          const Operand& B, float beta, float* C, int ldc) {
+  if ((A.f32 == nullptr) == (A.bf16 == nullptr) || (B.f32 == nullptr) == (B.bf16 == nullptr))
+    throw std::invalid_argument("tessera::blas::gemm: an Operand needs exactly one of f32 and bf16");
+  if (!bf16_operands())
+    throw std::logic_error("tessera::blas::gemm: bf16 operands without a bf16 GEMM (blas::bf16_operands())");
+  if (A.bf16 == nullptr && B.bf16 == nullptr) {
+    gemm(exec, ta, tb, m, n, k, alpha, A.f32, A.ld, B.f32, B.ld, beta, C, ldc);
+    return;
+  }
+#if !defined(TESSERA_GEMM_CUBLAS)
+  cblas::check_args(ta, tb, m, n, k, A.ld, B.ld, ldc);
+  if (m == 0 || n == 0) return;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.hooked) {
+      Kokkos::push_finalize_hook([] { state().release(); });
+      s.hooked = true;
+    }
+    int lda = 0, ldb = 0;
+    const std::uint16_t* pa = bf16_operand(exec, s.a16, A, ta, m, k, lda);
+    const std::uint16_t* pb = bf16_operand(exec, s.b16, B, tb, k, n, ldb);
+    exec.fence();  // the producers of bf16 operands and the packing are done: the host BLAS reads
+    bf16_gemm()(ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, C, ldc);
+  }
+  kernels::round_rows(exec, Precision::bf16, C, m, n, ldc);  // stored in bf16, as the float gemm's C
 #endif
 }
 

@@ -6,6 +6,8 @@
 // Kokkos kernels, one thread per row. Each T x T product runs as two row blocks, which skips the
 // masked quarter above the diagonal of the first block (finer blocks cost more in small GEMMs
 // than they save).
+#include <cstdint>
+
 #include "kernels/views.hpp"
 
 namespace tessera::nn {
@@ -38,6 +40,21 @@ template <class T>
 void attention_backward(const ExecSpace& exec, const MatrixU<const T>& qkv,
                         const AttentionScores<T>& att, const MatrixU<const T>& dy,
                         const MatrixU<T>& dqkv, const AttentionScores<T>& dscores);
+
+/// \brief qkv (B*T, 3C, fp32) in bf16 for the products of the attention under bf16 operands
+/// (blas::bf16_operands()): out (B*T*3C) gets to_bf16_bits of every element, head by head: sample
+/// b's q (p = 0), k (1) or v (2) of head h is the T x hd block at ((b*3 + p)*heads + h)*T*hd,
+/// rows of hd, laid out as the products' packed copies of the fused matrix's slices were (so
+/// the same products, the same bits).
+void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const float>& qkv, int heads, int seq, std::uint16_t* out);
+
+/// \brief attention_forward and attention_backward on qkv_to_bf16's head blocks: y (B*T, C),
+/// att (B, heads, T, T), dy (B*T, C), dqkv (B*T, 3C) as above. Need blas::bf16_operands().
+void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const MatrixU<float>& y,
+                            const AttentionScores<float>& att);
+void attention_backward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const AttentionScores<float>& att,
+                             const MatrixU<const float>& dy, const MatrixU<float>& dqkv,
+                             const AttentionScores<float>& dscores);
 
 /// \brief The fused attention (kernels/flash_attention.hpp, nn/fused_attention.cpp) behind the
 /// interface of attention_forward: y (B*T, C) from qkv (B*T, 3C); att is (B, heads, T, 1) and

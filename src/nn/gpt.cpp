@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "blas/gemm.hpp"
 #include "core/error.hpp"
@@ -40,6 +41,38 @@ Vector<T> alloc_vector(const std::string& what, std::size_t n) {
 
 template <class T>
 VectorU<T> head(const Vector<T>& v, int n) { return VectorU<T>(v.data(), static_cast<std::size_t>(n)); }
+
+/// The first `tokens` rows of m.
+template <class E>
+MatrixU<E> first_rows(const Matrix<E>& m, int tokens) {
+  return MatrixU<E>(m.data(), static_cast<std::size_t>(tokens), m.extent(1));
+}
+
+/// Of a tensor that products read, the buffer of element type A: the fp32 one or the bf16 one.
+template <class A, class T>
+const Matrix<A>& pick(const Matrix<T>& f32, const Matrix<std::uint16_t>& bf16) {
+  if constexpr (std::is_same_v<A, std::uint16_t>) return bf16;
+  else return f32;
+}
+
+/// Linear::forward or forward_bf16, by the element type of x.
+template <class T, class A>
+void linear_forward(const ExecSpace& exec, const Linear<T>& l, const MatrixU<A>& x, const MatrixU<T>& y,
+                    const typename Linear<T>::TensorSum& sum,
+                    typename Linear<T>::Bias who = Linear<T>::Bias::layer) {
+  if constexpr (std::is_same_v<A, std::uint16_t>) l.forward_bf16(exec, Bf16Matrix(x), y, sum, who);
+  else l.forward(exec, MatrixU<const T>(x), y, sum, who);
+}
+
+/// Linear::backward or backward_bf16, by the element type of x.
+template <class T, class A>
+void linear_backward(const ExecSpace& exec, const Linear<T>& l, const MatrixU<A>& x,
+                     const std::type_identity_t<MatrixU<const T>>& dy, const MatrixU<T>& dx,
+                     const typename Linear<T>::TensorSum& sum,
+                     typename Linear<T>::Bias who = Linear<T>::Bias::layer) {
+  if constexpr (std::is_same_v<A, std::uint16_t>) l.backward_bf16(exec, Bf16Matrix(x), dy, dx, sum, who);
+  else l.backward(exec, MatrixU<const T>(x), dy, dx, sum, who);
+}
 
 }  // namespace
 
@@ -130,13 +163,20 @@ typename Gpt<T>::Acts Gpt<T>::make_acts(const char* what) const {
   const auto Cl = C / static_cast<std::size_t>(part_.tp);
   const std::string w(what);
   Acts a;
-  a.ln1 = alloc_matrix<T>(w + ".ln1", n, C);
-  a.qkv = alloc_matrix<T>(w + ".qkv", n, 3 * Cl);
+  if (bf16_acts_) {  // what only products read, in bf16
+    a.ln1_16 = alloc_matrix<std::uint16_t>(w + ".ln1 (bf16)", n, C);
+    a.ln2_16 = alloc_matrix<std::uint16_t>(w + ".ln2 (bf16)", n, C);
+    a.h16 = alloc_matrix<std::uint16_t>(w + ".h (bf16)", n, 4 * Cl);
+    a.qkv16 = alloc_matrix<std::uint16_t>(w + ".qkv (bf16 head blocks)", n, 3 * Cl);
+  } else {
+    a.ln1 = alloc_matrix<T>(w + ".ln1", n, C);
+    a.ln2 = alloc_matrix<T>(w + ".ln2", n, C);
+    a.h = alloc_matrix<T>(w + ".h", n, 4 * Cl);
+    a.qkv = alloc_matrix<T>(w + ".qkv", n, 3 * Cl);
+  }
   a.y = alloc_matrix<T>(w + ".y", n, Cl);
   a.x1 = alloc_matrix<T>(w + ".x1", n, C);
-  a.ln2 = alloc_matrix<T>(w + ".ln2", n, C);
   a.fc = alloc_matrix<T>(w + ".fc", n, 4 * Cl);
-  a.h = alloc_matrix<T>(w + ".h", n, 4 * Cl);
   a.mean1 = alloc_vector<T>(w + ".mean1", n);
   a.rstd1 = alloc_vector<T>(w + ".rstd1", n);
   a.mean2 = alloc_vector<T>(w + ".mean2", n);
@@ -155,6 +195,7 @@ void Gpt<T>::add_slot() {
   const auto Tn = static_cast<std::size_t>(shape_.context), C = static_cast<std::size_t>(shape_.width);
   const std::size_t n = B * Tn;
   const std::size_t nb = blocks_.size();
+  if (slots_.empty()) bf16_acts_ = std::is_same_v<T, float> && blas::bf16_operands();
   Slot& s = slots_.emplace_back();
   s.input = alloc_matrix<T>("input", B, static_cast<std::size_t>(input_width()));
   s.x.push_back(first_stage() ? alloc_matrix<T>("x0", n, C) : Matrix<T>(s.input.data(), n, C));
@@ -163,7 +204,8 @@ void Gpt<T>::add_slot() {
     if (!part_.recompute) s.acts.push_back(make_acts(fmt::format("blocks.{}", first_ + int(k)).c_str()));
   }
   if (last_stage()) {
-    s.hf = alloc_matrix<T>("ln_f", n, C);
+    if (bf16_acts_) s.hf16 = alloc_matrix<std::uint16_t>("ln_f (bf16)", n, C);
+    else s.hf = alloc_matrix<T>("ln_f", n, C);
     s.meanf = alloc_vector<T>("ln_f.mean", n);
     s.rstdf = alloc_vector<T>("ln_f.rstd", n);
     s.logits = alloc_matrix<T>("logits", B, Tn * static_cast<std::size_t>(vocab_local_));
@@ -181,6 +223,7 @@ void Gpt<T>::add_slot() {
     dqkv_ = alloc_matrix<T>("dqkv", n, 3 * Cl);
     dy_ = alloc_matrix<T>("dy", n, Cl);
     dh_ = alloc_matrix<T>("dh", n, 4 * Cl);
+    if (bf16_acts_) dh16_ = alloc_matrix<std::uint16_t>("dh (bf16)", n, 4 * Cl);
     dhf_ = alloc_matrix<T>("dhf", n, C);
     dscores_ = Att<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::dscores"),
                                          Kokkos::WithoutInitializing),
@@ -193,11 +236,20 @@ template <class T>
 void Gpt<T>::clear_slots() {
   slots_.clear();
   work_ = Acts{};
+  dh16_ = Matrix<std::uint16_t>();
 }
 
 template <class T>
 MatrixU<T> Gpt<T>::tokens_rows(const Matrix<T>& m, int tokens) const {
-  return MatrixU<T>(m.data(), static_cast<std::size_t>(tokens), m.extent(1));
+  return first_rows(m, tokens);
+}
+
+template <class T>
+bool Gpt<T>::bf16_acts() const {
+  if (bf16_acts_ && !blas::bf16_operands())
+    throw std::logic_error("tessera::nn::Gpt: the slots hold bf16 activations, but the products no longer "
+                           "take bf16 operands (the matmul precision changed after they were made)");
+  return bf16_acts_;
 }
 
 template <class T>
@@ -252,40 +304,75 @@ void Gpt<T>::embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const 
 template <class T>
 void Gpt<T>::block_forward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
                            const Acts& a, int tokens, const MatrixU<T>& out) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_acts()) return block_forward_as<std::uint16_t>(exec, b, x, a, tokens, out);
+  }
+  block_forward_as<T>(exec, b, x, a, tokens, out);
+}
+
+template <class T>
+void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
+                            const Acts& a, int tokens, const MatrixU<T>& dres) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_acts()) return block_backward_as<std::uint16_t>(exec, b, x, a, tokens, dres);
+  }
+  block_backward_as<T>(exec, b, x, a, tokens, dres);
+}
+
+template <class T>
+template <class A>
+void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
+                              const Acts& a, int tokens, const MatrixU<T>& out) const {
   const int batch = tokens / shape_.context;
-  const auto r = [&](const Matrix<T>& m) { return tokens_rows(m, tokens); };
-  const MatrixU<T> ln1 = r(a.ln1), qkv = r(a.qkv), y = r(a.y), x1 = r(a.x1), ln2 = r(a.ln2),
-                   fc = r(a.fc), h = r(a.h);
+  const auto r = [&](const auto& m) { return first_rows(m, tokens); };
+  const MatrixU<T> qkv = r(a.qkv), y = r(a.y), x1 = r(a.x1), fc = r(a.fc);  // qkv: empty in bf16
+  const MatrixU<A> ln1 = r(pick<A>(a.ln1, a.ln1_16)), ln2 = r(pick<A>(a.ln2, a.ln2_16)),
+                   h = r(pick<A>(a.h, a.h16));
   kernels::layernorm_forward(exec, x, store_->value(b.ln1_w), store_->value(b.ln1_b), ln1,
                              head(a.mean1, tokens), head(a.rstd1, tokens));
-  b.qkv.forward(exec, ln1, qkv, part_.tensor_sum);
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
-  if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
-  else attention_forward<T>(exec, qkv, y, att);
+  if constexpr (std::is_same_v<A, std::uint16_t>) {
+    // qkv lands in fp32 scratch (backward's dqkv, free until then) and is kept as bf16 head blocks.
+    const MatrixU<T> qkv32 = r(dqkv_);
+    linear_forward(exec, b.qkv, ln1, qkv32, part_.tensor_sum);
+    qkv_to_bf16(exec, qkv32, heads_local_, shape_.context, a.qkv16.data());
+    attention_forward_bf16(exec, a.qkv16.data(), y, att);
+  } else {
+    linear_forward(exec, b.qkv, ln1, qkv, part_.tensor_sum);
+    if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
+    else attention_forward<T>(exec, qkv, y, att);
+  }
   // The biases of proj, fc and mproj come in the kernels after their products (one pass
   // fewer over each output).
   b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
   kernels::bias_residual_add(exec, store_->value(b.proj.bias_index()), x, x1);
   kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
                              ln2, head(a.mean2, tokens), head(a.rstd2, tokens));
-  b.fc.forward(exec, ln2, fc, part_.tensor_sum, Linear<T>::Bias::caller);
+  linear_forward(exec, b.fc, ln2, fc, part_.tensor_sum, Linear<T>::Bias::caller);
   kernels::gelu_forward_saving_derivative(exec, store_->value(b.fc.bias_index()), fc, h,
                                           fc);  // fc: gelu' from here on
-  b.mproj.forward(exec, h, out, part_.tensor_sum, Linear<T>::Bias::caller);
+  linear_forward(exec, b.mproj, h, out, part_.tensor_sum, Linear<T>::Bias::caller);
   kernels::bias_residual_add(exec, store_->value(b.mproj.bias_index()), x1, out);
 }
 
 template <class T>
-void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
-                            const Acts& a, int tokens, const MatrixU<T>& dres) const {
+template <class A>
+void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
+                               const Acts& a, int tokens, const MatrixU<T>& dres) const {
   // dres: the gradient of the block's output in, of its input out.
   const int batch = tokens / shape_.context;
-  const auto r = [&](const Matrix<T>& m) { return tokens_rows(m, tokens); };
+  const auto r = [&](const auto& m) { return first_rows(m, tokens); };
   const MatrixU<T> dh = r(dh_), dln = r(dln_), d1 = r(d1_), dy = r(dy_), dqkv = r(dqkv_);
-  // MLP sub-block.
-  b.mproj.backward(exec, r(a.h), dres, dh);
-  kernels::gelu_backward_saved(exec, r(a.fc), dh, dh, store_->grad(b.fc.bias_index()));  // and fc's bias
-  b.fc.backward(exec, r(a.ln2), dh, dln, part_.tensor_sum, Linear<T>::Bias::caller);
+  // MLP sub-block (mproj is row-parallel: its input gradient needs no sum).
+  linear_backward(exec, b.mproj, r(pick<A>(a.h, a.h16)), dres, dh, part_.tensor_sum);
+  if constexpr (std::is_same_v<A, std::uint16_t>) {  // fc's output gradient only feeds products: bf16
+    const MatrixU<std::uint16_t> dh16 = r(dh16_);
+    kernels::gelu_backward_saved(exec, r(a.fc), dh, dh16, store_->grad(b.fc.bias_index()));  // and fc's bias
+    b.fc.backward_bf16(exec, Bf16Matrix(r(a.ln2_16)), Bf16Matrix(dh16), dln, part_.tensor_sum);
+  } else {
+    kernels::gelu_backward_saved(exec, r(a.fc), dh, dh, store_->grad(b.fc.bias_index()));  // and fc's bias
+    linear_backward(exec, b.fc, r(a.ln2), dh, dln, part_.tensor_sum, Linear<T>::Bias::caller);
+  }
   kernels::layernorm_backward(exec, r(a.x1), store_->value(b.ln2_w), head(a.mean2, tokens),
                               head(a.rstd2, tokens), dln, d1, store_->grad(b.ln2_w), store_->grad(b.ln2_b),
                               dres);  // d1: the gradient of x1, through LayerNorm and the residual
@@ -294,28 +381,86 @@ void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
   const AttU<T> ds(dscores_.data(), std::size_t(batch), dscores_.extent(1), dscores_.extent(2),
                    dscores_.extent(3));
-  if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
+  if constexpr (std::is_same_v<A, std::uint16_t>) attention_backward_bf16(exec, a.qkv16.data(), att, dy, dqkv, ds);
+  else if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
   else attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
-  b.qkv.backward(exec, r(a.ln1), dqkv, dln, part_.tensor_sum);
+  linear_backward(exec, b.qkv, r(pick<A>(a.ln1, a.ln1_16)), dqkv, dln, part_.tensor_sum);
   kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), head(a.mean1, tokens),
                               head(a.rstd1, tokens), dln, dres, store_->grad(b.ln1_w), store_->grad(b.ln1_b),
                               d1);
 }
 
 template <class T>
-void Gpt<T>::head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& hf,
-                          const VectorU<T>& mean, const VectorU<T>& rstd,
-                          const MatrixU<T>& logits) const {
+void Gpt<T>::head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const {
   if (hooks_) hooks_->before_forward(lnf_unit_);
-  kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), hf, mean, rstd);
+  const VectorU<T> mean = head(s.meanf, tokens), rstd = head(s.rstdf, tokens);
+  const bool h16 = bf16_acts();
+  if (h16) {
+    if constexpr (std::is_same_v<T, float>)
+      kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), first_rows(s.hf16, tokens),
+                                 mean, rstd);
+  } else {
+    kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), first_rows(s.hf, tokens),
+                               mean, rstd);
+  }
   if (hooks_) {
     hooks_->after_forward(lnf_unit_);
     hooks_->before_forward(head_unit());
   }
+  const int C = shape_.width;
+  T* logits = s.logits.data();
+  if constexpr (std::is_same_v<T, float>) {
+    if (h16 || bf16_weights(*store_)) {  // logits = hf W_head^T from bf16 operands
+      const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
+      blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, 1.0f, hf, head_weight_operand(exec), 0.0f,
+                 logits, vocab_local_);
+      if (hooks_) hooks_->after_forward(head_unit());
+      return;
+    }
+  }
   const MatrixU<T> w = store_->value_matrix(head_weight());
-  blas::gemm(exec, blas::Op::N, blas::Op::T, int(x.extent(0)), vocab_local_, shape_.width, T(1),
-             hf.data(), shape_.width, w.data(), shape_.width, T(0), logits.data(), vocab_local_);
+  blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, T(1), s.hf.data(), C, w.data(), C, T(0),
+             logits, vocab_local_);
   if (hooks_) hooks_->after_forward(head_unit());
+}
+
+template <class T>
+blas::Operand Gpt<T>::head_weight_operand(const ExecSpace& exec) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_weights(*store_)) return {nullptr, store_->bf16_value(exec, head_weight()), shape_.width};
+    return {store_->value_matrix(head_weight()).data(), nullptr, shape_.width};
+  } else {
+    (void)exec;
+    throw std::logic_error("tessera::nn::Gpt: bf16 operands of a double model");
+  }
+}
+
+template <class T>
+void Gpt<T>::head_backward(const ExecSpace& exec, const Slot& s, int tokens) const {
+  // dW_head += dlogits^T hf, dhf = dlogits W_head (a partial sum over the vocabulary).
+  const int C = shape_.width, Vl = vocab_local_;
+  const T* dlogits = s.dlogits.data();
+  T* dhf = dhf_.data();
+  if (hooks_) hooks_->before_backward(head_unit());
+  T* dw = store_->grad_matrix(head_weight()).data();
+  bool done = false;
+  if constexpr (std::is_same_v<T, float>) {
+    const bool h16 = bf16_acts();
+    if (h16 || bf16_weights(*store_)) {
+      const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
+      const blas::Operand dl{dlogits, nullptr, Vl};
+      blas::gemm(exec, blas::Op::T, blas::Op::N, Vl, C, tokens, 1.0f, dl, hf, 1.0f, dw, C);
+      blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, C, Vl, 1.0f, dl, head_weight_operand(exec), 0.0f, dhf, C);
+      done = true;
+    }
+  }
+  if (!done) {
+    const MatrixU<T> w = store_->value_matrix(head_weight());
+    blas::gemm(exec, blas::Op::T, blas::Op::N, Vl, C, tokens, T(1), dlogits, Vl, s.hf.data(), C, T(1), dw, C);
+    blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, C, Vl, T(1), dlogits, Vl, w.data(), C, T(0), dhf, C);
+  }
+  // On a single stage the head shares its unit with the embedding, whose backward ends it.
+  if (hooks_ && wte_copy_unit_ != npos) hooks_->after_backward(wte_copy_unit_);
 }
 
 template <class T>
@@ -332,9 +477,7 @@ void Gpt<T>::forward(const ExecSpace& exec, int slot) {
                   tokens_rows(s.x[k + 1], tokens));
     if (hooks_) hooks_->after_forward(b.unit);
   }
-  if (last_stage())
-    head_forward(exec, tokens_rows(s.x.back(), tokens), tokens_rows(s.hf, tokens), head(s.meanf, tokens),
-                 head(s.rstdf, tokens), MatrixU<T>(s.logits.data(), std::size_t(tokens), std::size_t(vocab_local_)));
+  if (last_stage()) head_forward(exec, tokens_rows(s.x.back(), tokens), s, tokens);
 }
 
 template <class T>
@@ -346,17 +489,8 @@ void Gpt<T>::backward(const ExecSpace& exec, int slot) {
   Slot& s = slots_[std::size_t(slot)];
   const MatrixU<T> dres = tokens_rows(dres_, tokens);
   if (last_stage()) {
-    // Head: dW_head += dlogits^T hf, dhf = dlogits W_head (a partial sum over the vocabulary).
-    const MatrixU<T> dlogits(s.dlogits.data(), n, std::size_t(vocab_local_));
-    const MatrixU<T> hf = tokens_rows(s.hf, tokens), dhf = tokens_rows(dhf_, tokens);
-    if (hooks_) hooks_->before_backward(head_unit());
-    const MatrixU<T> w = store_->value_matrix(head_weight()), dw = store_->grad_matrix(head_weight());
-    blas::gemm(exec, blas::Op::T, blas::Op::N, vocab_local_, shape_.width, tokens, T(1), dlogits.data(),
-               vocab_local_, hf.data(), shape_.width, T(1), dw.data(), shape_.width);
-    blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, shape_.width, vocab_local_, T(1), dlogits.data(),
-               vocab_local_, w.data(), shape_.width, T(0), dhf.data(), shape_.width);
-    // On a single stage the head shares its unit with the embedding, whose backward ends it.
-    if (hooks_ && wte_copy_unit_ != npos) hooks_->after_backward(wte_copy_unit_);
+    head_backward(exec, s, tokens);
+    const MatrixU<T> dhf = tokens_rows(dhf_, tokens);
     tensor_sum(exec, dhf);
     if (hooks_) hooks_->before_backward(lnf_unit_);
     kernels::layernorm_backward(exec, tokens_rows(s.x.back(), tokens), store_->value(lnf_w_),

@@ -29,6 +29,11 @@
 //
 // Activations: with recompute off, a slot keeps every block's intermediate tensors; with it on,
 // only each block's input, and backward recomputes the block's forward into one shared set.
+// Where the products take bf16 operands (blas::bf16_operands(): train.precision = bf16 on a host
+// bf16 GEMM), the tensors only products read (ln_1's, ln_2's and ln_f's outputs, the GELU's, qkv)
+// are kept in bf16 (half the bytes, no packing, the same bits), and the products read the
+// weights' bf16 copies (nn/linear.hpp).
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -98,8 +103,11 @@ class Gpt : public Network<T> {
   // and what backward needs. fc holds mlp.fc's output until the GELU replaces it with gelu'.
   // att: the attention probabilities (B, heads, T, T), or where the fused attention runs (a GPU
   // build, nn/attention.hpp) each row's log-sum-exp (B, heads, T, 1).
+  // ln1, ln2, h and qkv are left empty where their bf16 versions (ln1_16, ln2_16, h16, and
+  // qkv16 as nn::qkv_to_bf16's head blocks) hold them.
   struct Acts {
     Matrix<T> ln1, qkv, y, x1, ln2, fc, h;
+    Matrix<std::uint16_t> ln1_16, ln2_16, h16, qkv16;
     Vector<T> mean1, rstd1, mean2, rstd2;
     Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> att;
   };
@@ -113,6 +121,7 @@ class Gpt : public Network<T> {
     std::vector<Matrix<T>> x;  // blocks+1 of (B*T, C): x[0] the stage's input activations
     std::vector<Acts> acts;    // per block, without recompute
     Matrix<T> hf, logits, dlogits, doutput, dinput;
+    Matrix<std::uint16_t> hf16;  // hf in bf16, where hf is left empty
     Vector<T> meanf, rstdf;
   };
   using Network<T>::rows;
@@ -124,10 +133,22 @@ class Gpt : public Network<T> {
                      const Acts& a, int tokens, const MatrixU<T>& out) const;
   void block_backward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
                       const Acts& a, int tokens, const MatrixU<T>& dres) const;
+  // The same with the products' inputs of element type A: T, or std::uint16_t (bf16).
+  template <class A>
+  void block_forward_as(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
+                        const Acts& a, int tokens, const MatrixU<T>& out) const;
+  template <class A>
+  void block_backward_as(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
+                         const Acts& a, int tokens, const MatrixU<T>& dres) const;
+  void head_backward(const ExecSpace& exec, const Slot& s, int tokens) const;
+  /// The head's weight as the products read it: its bf16 copy or its values (float models).
+  blas::Operand head_weight_operand(const ExecSpace& exec) const;
+  /// True where the slots hold bf16 activations; throws where the process's products no longer
+  /// take them (train.precision changed after the slots were made).
+  bool bf16_acts() const;
   void tensor_sum(const ExecSpace& exec, const MatrixU<T>& m) const;
   void embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const MatrixU<T>& x) const;
-  void head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& hf,
-                    const VectorU<T>& mean, const VectorU<T>& rstd, const MatrixU<T>& logits) const;
+  void head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const;
   std::size_t head_unit() const { return wte_copy_unit_ != npos ? wte_copy_unit_ : wte_unit_; }
   std::size_t head_weight() const { return wte_copy_ != npos ? wte_copy_ : wte_; }
 
@@ -141,9 +162,11 @@ class Gpt : public Network<T> {
   std::size_t wte_ = npos, wpe_ = npos, wte_copy_ = npos, lnf_w_ = npos, lnf_b_ = npos;
   std::size_t wte_unit_ = npos, wpe_unit_ = npos, lnf_unit_ = npos, wte_copy_unit_ = npos;
   std::vector<Slot> slots_;
+  bool bf16_acts_ = false;  // decided with the first slot: blas::bf16_operands() then
   // Shared by every slot: backward's working buffers and, with recompute, one block's tensors.
   Acts work_;
   Matrix<T> dres_, dln_, d1_, dqkv_, dy_, dh_, dhf_;
+  Matrix<std::uint16_t> dh16_;  // under bf16 activations: fc's output gradient, which only products read
   Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> dscores_;
   Vector<T> xent_;  // loss: per-row (max, sum) of every tensor rank, then the target logits
 };

@@ -13,8 +13,10 @@
 // tensor rank the same rows of every group, so its local (out/tp, in) block holds its heads'
 // q, k and v one after another.
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 
 #include "blas/gemm.hpp"
 #include "kernels/bias.hpp"
@@ -24,6 +26,20 @@
 namespace tessera::nn {
 
 enum class Split { none, column, row };
+
+/// \brief True where the products of a model on `store` read its weights' bf16 copies
+/// (ParamStore::bf16_value, made once per change of the values) instead of converting the fp32
+/// weights at each product: the process's products take bf16 operands (blas::bf16_operands(),
+/// train.precision = bf16 on a host bf16 GEMM) and the store holds full values (ZeRO-3 gathers
+/// them per use and keeps the conversion in the product).
+template <class T>
+bool bf16_weights(const ParamStore<T>& store) {
+  return std::is_same_v<T, float> && store.storage().full_values && blas::bf16_operands();
+}
+
+/// A bf16 activation (bit patterns, kernels/precision.hpp): a matrix that a kernel wrote in
+/// bf16 for the products that read it.
+using Bf16Matrix = MatrixU<const std::uint16_t>;
 
 template <class T>
 class Linear {
@@ -93,15 +109,16 @@ class Linear {
   /// (stride_0 >= extent 1).
   void forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& y,
                Bias who = Bias::layer) const {
-    const int batch = int(x.extent(0));
-    check_shape("forward: x", x, batch, in_);
-    check_shape("forward: y", y, batch, out_);
-    const MatrixU<T> w = store_->value_matrix(weight_);
-    // Bias into every row of y, then y += x W^T.
-    const bool bias = split_ != Split::row && who == Bias::layer;
-    if (bias) kernels::bias_broadcast(exec, store_->value(bias_), y);
-    blas::gemm(exec, blas::Op::N, blas::Op::T, batch, out_, in_, T(1), x.data(), ld(x), w.data(),
-               in_, bias ? T(1) : T(0), y.data(), ld(y));
+    check_shape("forward: x", x, int(x.extent(0)), in_);
+    forward_product(exec, int(x.extent(0)), x.data(), nullptr, ld(x), y, who);
+  }
+
+  /// \brief forward() of an input kept in bf16 (the same bits as forward() on its values as
+  /// floats). Needs blas::bf16_operands().
+  void forward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const MatrixU<T>& y,
+                    Bias who = Bias::layer) const {
+    check_shape("forward: x", x, int(x.extent(0)), in_);
+    forward_product(exec, int(x.extent(0)), nullptr, x.data(), ld(x), y, who);
   }
 
   /// \brief y += b (row-parallel layers, after the sum over the tensor group).
@@ -119,10 +136,12 @@ class Linear {
   void forward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<T>& y,
                const TensorSum& sum, Bias who = Bias::layer) const {
     forward(exec, x, y, who);
-    if (split_ != Split::row) return;
-    exec.fence();
-    sum(y.data(), y.size());
-    if (who == Bias::layer) add_bias(exec, y);
+    complete_forward(exec, y, sum, who);
+  }
+  void forward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const MatrixU<T>& y, const TensorSum& sum,
+                    Bias who = Bias::layer) const {
+    forward_bf16(exec, x, y, who);
+    complete_forward(exec, y, sum, who);
   }
 
   /// \brief backward(), completed over the tensor group: a column-parallel layer's input
@@ -130,9 +149,22 @@ class Linear {
   void backward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<const T>& dy,
                 const MatrixU<T>& dx, const TensorSum& sum, Bias who = Bias::layer) const {
     backward(exec, x, dy, dx, who);
-    if (split_ != Split::column || dx.data() == nullptr) return;
-    exec.fence();
-    sum(dx.data(), dx.size());
+    complete_backward(exec, dx, sum);
+  }
+  void backward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const MatrixU<const T>& dy,
+                     const MatrixU<T>& dx, const TensorSum& sum, Bias who = Bias::layer) const {
+    backward_bf16(exec, x, dy, dx, who);
+    complete_backward(exec, dx, sum);
+  }
+  /// \brief backward_bf16() with dy kept in bf16 as well (written so by the kernel that made it,
+  /// which also summed the bias gradient: the layer's bias is the caller's). Completed over the
+  /// tensor group as above.
+  void backward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const Bf16Matrix& dy, const MatrixU<T>& dx,
+                     const TensorSum& sum) const {
+    check_shape("backward: x", x, int(x.extent(0)), in_);
+    check_shape("backward: dy", dy, int(x.extent(0)), out_);
+    backward_products(exec, int(x.extent(0)), {nullptr, x.data(), ld(x)}, {nullptr, dy.data(), ld(dy)}, dx);
+    complete_backward(exec, dx, sum);
   }
 
   /// \brief dW += dy^T x, db += colsum(dy) (both accumulate, for micro-batches; db only with
@@ -140,22 +172,83 @@ class Linear {
   /// x (B,in), dy (B,out), dx (B,in).
   void backward(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<const T>& dy,
                 const MatrixU<T>& dx, Bias who = Bias::layer) const {
-    const int batch = int(x.extent(0));
-    check_shape("backward: x", x, batch, in_);
-    check_shape("backward: dy", dy, batch, out_);
-    const MatrixU<T> dw = store_->grad_matrix(weight_);
-    blas::gemm(exec, blas::Op::T, blas::Op::N, out_, in_, batch, T(1), dy.data(), ld(dy),
-               x.data(), ld(x), T(1), dw.data(), in_);
+    check_shape("backward: x", x, int(x.extent(0)), in_);
+    check_shape("backward: dy", dy, int(x.extent(0)), out_);
     if (who == Bias::layer) kernels::bias_backward(exec, dy, store_->grad(bias_));
-    if (dx.data() != nullptr) {
-      check_shape("backward: dx", dx, batch, in_);
-      const MatrixU<T> w = store_->value_matrix(weight_);
-      blas::gemm(exec, blas::Op::N, blas::Op::N, batch, in_, out_, T(1), dy.data(), ld(dy),
-                 w.data(), in_, T(0), dx.data(), ld(dx));
-    }
+    backward_products(exec, int(x.extent(0)), {x.data(), nullptr, ld(x)}, {dy.data(), nullptr, ld(dy)}, dx);
+  }
+
+  /// \brief backward() with the input kept in bf16 (as forward_bf16). Needs blas::bf16_operands().
+  void backward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const MatrixU<const T>& dy,
+                     const MatrixU<T>& dx, Bias who = Bias::layer) const {
+    check_shape("backward: x", x, int(x.extent(0)), in_);
+    check_shape("backward: dy", dy, int(x.extent(0)), out_);
+    if (who == Bias::layer) kernels::bias_backward(exec, dy, store_->grad(bias_));
+    backward_products(exec, int(x.extent(0)), {nullptr, x.data(), ld(x)}, {dy.data(), nullptr, ld(dy)}, dx);
   }
 
  private:
+  void complete_forward(const ExecSpace& exec, const MatrixU<T>& y, const TensorSum& sum, Bias who) const {
+    if (split_ != Split::row) return;
+    exec.fence();
+    sum(y.data(), y.size());
+    if (who == Bias::layer) add_bias(exec, y);
+  }
+
+  void complete_backward(const ExecSpace& exec, const MatrixU<T>& dx, const TensorSum& sum) const {
+    if (split_ != Split::column || dx.data() == nullptr) return;
+    exec.fence();
+    sum(dx.data(), dx.size());
+  }
+
+  /// An operand of the products: T values or (b16) bf16, at row stride ld.
+  struct In {
+    const T* t;
+    const std::uint16_t* b16;
+    int ld;
+  };
+
+  /// C = op(A) op(B) + beta C, B the weight where b is {} (its bf16 copy or its values).
+  void product(const ExecSpace& exec, blas::Op ta, blas::Op tb, int m, int n, int k, const In& a, const In& b,
+               T beta, T* C, int ldc) const {
+    const bool weight = b.t == nullptr && b.b16 == nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      const bool bf16w = weight && bf16_weights(*store_);
+      if (a.b16 != nullptr || b.b16 != nullptr || bf16w) {
+        const blas::Operand bo = !weight ? blas::Operand{b.t, b.b16, b.ld}
+                                 : bf16w ? blas::Operand{nullptr, store_->bf16_value(exec, weight_), in_}
+                                         : blas::Operand{store_->value_matrix(weight_).data(), nullptr, in_};
+        blas::gemm(exec, ta, tb, m, n, k, 1.0f, blas::Operand{a.t, a.b16, a.ld}, bo, beta, C, ldc);
+        return;
+      }
+    }
+    const T* bt = weight ? store_->value_matrix(weight_).data() : b.t;
+    blas::gemm(exec, ta, tb, m, n, k, T(1), a.t, a.ld, bt, weight ? in_ : b.ld, beta, C, ldc);
+  }
+
+  /// y = x W^T (+ b), x as fp32 values or (x16) bf16.
+  void forward_product(const ExecSpace& exec, int batch, const T* x, const std::uint16_t* x16, int ldx,
+                       const MatrixU<T>& y, Bias who) const {
+    check_shape("forward: y", y, batch, out_);
+    // Bias into every row of y, then y += x W^T: the weight is op(B), x is op(A).
+    const bool bias = split_ != Split::row && who == Bias::layer;
+    if (bias) kernels::bias_broadcast(exec, store_->value(bias_), y);
+    product(exec, blas::Op::N, blas::Op::T, batch, out_, in_, In{x, x16, ldx}, In{nullptr, nullptr, 0},
+            bias ? T(1) : T(0), y.data(), ld(y));
+  }
+
+  /// dW += dy^T x and dx = dy W (backward(); the bias gradient is the caller's), x and dy as
+  /// values or bf16.
+  void backward_products(const ExecSpace& exec, int batch, const In& x, const In& dy, const MatrixU<T>& dx) const {
+    const MatrixU<T> dw = store_->grad_matrix(weight_);
+    product(exec, blas::Op::T, blas::Op::N, out_, in_, batch, dy, x, T(1), dw.data(), in_);
+    if (dx.data() != nullptr) {
+      check_shape("backward: dx", dx, batch, in_);
+      product(exec, blas::Op::N, blas::Op::N, batch, in_, out_, dy, In{nullptr, nullptr, 0}, T(0), dx.data(),
+              ld(dx));
+    }
+  }
+
   template <class View>
   static int ld(const View& m) {
     return int(m.stride_0()) > 0 ? int(m.stride_0()) : 1;

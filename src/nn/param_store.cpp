@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 #include "core/memory.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/random.hpp"
 
 namespace tessera::nn {
@@ -210,6 +212,7 @@ void ParamStore<T>::initialize(const ExecSpace& exec, std::uint64_t seed) {
   if (!allocated_ || !storage_.full_values)
     throw std::logic_error("tessera::ParamStore::initialize() needs allocated full values");
   initialize_range(exec, seed, 0, size_, values_.data());
+  values_changed();
 }
 
 template <class T>
@@ -241,6 +244,32 @@ template <class T>
 void ParamStore<T>::attach_values(std::size_t b, T* base) {
   if (storage_.full_values) throw std::logic_error("tessera::ParamStore::attach_values with full values");
   value_base_.at(b) = base;
+  values_changed();
+}
+
+template <class T>
+const std::uint16_t* ParamStore<T>::bf16_value(const ExecSpace& exec, std::size_t i) {
+  if constexpr (!std::is_same_v<T, float>) {
+    throw std::logic_error("tessera::ParamStore::bf16_value of a store that does not hold floats");
+  } else {
+    const ParamInfo& info = at(i);
+    if (bf16_values_.data() == nullptr) {
+      bf16_values_ = Vector<std::uint16_t>(
+          Kokkos::view_alloc(mem::label(mem::Category::param, "tessera::ParamStore::bf16 copies"),
+                             Kokkos::WithoutInitializing),
+          size_);
+      bf16_made_.assign(infos_.size(), 0);
+    }
+    std::uint16_t* out = bf16_values_.data() + info.offset;
+    if (bf16_made_[i] != values_version_) {
+      const float* in = value_ptr(i);
+      Kokkos::parallel_for(
+          "tessera::ParamStore::bf16_value", range(exec, Index(info.size)),
+          KOKKOS_LAMBDA(const Index j) { out[j] = kernels::to_bf16_bits(in[j]); });
+      bf16_made_[i] = values_version_;
+    }
+    return out;
+  }
 }
 
 template <class T>

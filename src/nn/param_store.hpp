@@ -143,6 +143,20 @@ class ParamStore {
   /// Elements of all parameters, padding excluded (what a user calls the parameter count).
   std::size_t parameter_count() const;
 
+  /// \brief Says that the values changed (an optimizer update, a checkpoint read): every bf16
+  /// copy (bf16_value) is made anew at its next use. initialize() and attach_values() say it
+  /// themselves; whoever else writes values must call it.
+  void values_changed() { ++values_version_; }
+  std::uint64_t values_version() const { return values_version_; }
+
+  /// \brief Parameter i's values rounded to bf16 (bit patterns, kernels/precision.hpp; laid out
+  /// as the values): a copy made on exec at the first call after the values changed and kept
+  /// until they change again, so every product of a step (forward, backward, recompute, every
+  /// micro-batch) reads one copy instead of converting the fp32 weight at each call. The copies
+  /// of all parameters take 2 bytes an element (counted as parameter memory), allocated at the
+  /// first call. Float stores only (std::logic_error otherwise).
+  const std::uint16_t* bf16_value(const ExecSpace& exec, std::size_t i);
+
   /// \brief Points bucket b's values (or gradients) at `base` (bucket.length elements), or
   /// detaches them with nullptr. Only where the storage leaves that buffer out.
   void attach_values(std::size_t b, T* base);
@@ -171,6 +185,9 @@ class ParamStore {
   Vector<T> values_;
   Vector<T> grads_;
   std::vector<T*> value_base_, grad_base_;  // per bucket: where its first element lives
+  std::uint64_t values_version_ = 1;
+  Vector<std::uint16_t> bf16_values_;       // bf16 copies (bf16_value), allocated at first use
+  std::vector<std::uint64_t> bf16_made_;    // per parameter: the values_version_ of its copy
 };
 
 extern template class ParamStore<float>;

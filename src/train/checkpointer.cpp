@@ -471,6 +471,7 @@ void Checkpointer::load_model(const std::string& path, Model& model, DataParalle
     read_tensor(file, "model/" + logical.name, store, logical, sharded ? &pieces : nullptr, h_values.data());
   verify(file, slabs(model, sharded ? dp : nullptr, h_values.data(), {}));
   Kokkos::deep_copy(values, h_values);
+  store.values_changed();
 }
 
 TrainState Checkpointer::load(const std::string& path, Model& model, DataParallel& dp) {

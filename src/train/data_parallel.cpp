@@ -294,6 +294,7 @@ double DataParallel::finish_step(const ExecSpace& exec, double lr, double grad_s
   exec.fence();
   const double t2 = StepTimer::now();
   sharding_.after_update(exec);
+  store_.values_changed();  // the bf16 copies of the weights (ParamStore::bf16_value) are stale
   const double t3 = StepTimer::now();
   last_comm_s_ = (t1 - t0) + (t3 - t2);
   last_update_s_ = t2 - t1;
@@ -344,7 +345,10 @@ void DataParallel::apply(std::size_t b) {
   squares_ += squares;
   if (!std::isfinite(squares)) nonfinite_ = true;
   const VectorU<float> grads(span.grads, span.n);
-  if (!nonfinite_) opt_.update(exec_, VectorU<float>(span.values, span.n), grads, lr_, span.state_offset);
+  if (!nonfinite_) {
+    opt_.update(exec_, VectorU<float>(span.values, span.n), grads, lr_, span.state_offset);
+    store_.values_changed();
+  }
   Kokkos::deep_copy(exec_, grads, 0.0f);
   exec_.fence();
   pending_[b] = 0;

@@ -31,6 +31,7 @@ void perturb_for_test(const Communicator& comm, Model& model, std::int64_t step)
   auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), values);
   h(0) += 1e-3f;
   Kokkos::deep_copy(values, h);
+  model.params().values_changed();
 }
 
 }  // namespace

@@ -188,6 +188,33 @@ TEST(Gpt, MixedPrecisionTracksFp32) {
   }
 }
 
+// Under bf16 the products read operands their producers keep in bf16 (the weights' copies made
+// once per change of the values, LayerNorm's and the GELU's outputs): the bits of packing every
+// fp32 operand at each product (TESSERA_TEST_PACK_BF16, the path before), the same losses to the
+// last digit. Tensor-parallel with micro-batches and recomputation (every product of a step reads
+// one copy of each weight), and data-parallel with comm.priority (the weights change bucket by
+// bucket, between the products that read them).
+TEST(Gpt, Bf16OperandsKeepTheBitsOfPacking) {
+  for (const std::string& layout : {std::string("--set parallel.tensor=2 --set parallel.micro_batches=2 "
+                                                "--set train.recompute=true"),
+                                    std::string("--set parallel.data=2 --set comm.priority=true")}) {
+    SCOPED_TRACE(layout);
+    const std::string args = "--set train.precision=bf16 --set train.steps=12 --set eval.every_steps=6 " + layout;
+    const std::string kept = fresh_dir("gpt_bf16_kept"), packed = fresh_dir("gpt_bf16_packed");
+    const RunResult r = tessera(2, gpt_args(kept, args));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    if (r.output.find("matrix products (emulated") != std::string::npos)
+      GTEST_SKIP() << "bf16 products are emulated here: no bf16 operands to keep";
+    const RunResult p = shell("TESSERA_TEST_PACK_BF16=1 " + tessera_command(2, gpt_args(packed, args)));
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    const auto losses = train_losses(kept);
+    ASSERT_EQ(losses.size(), 12u);
+    EXPECT_EQ(losses, train_losses(packed));
+    EXPECT_FALSE(eval_losses(kept).empty());
+    EXPECT_EQ(eval_losses(kept), eval_losses(packed));
+  }
+}
+
 // fp16 with a loss scale too large for the gradients: the overflowing step is skipped (the
 // optimizer has not stepped, its state is zero), the scale halves, and the run goes on.
 TEST(Gpt, Fp16OverflowIsSkippedNotApplied) {

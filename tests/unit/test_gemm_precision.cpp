@@ -347,4 +347,65 @@ TEST(GemmPrecision, SbgemmAndEmulationAgree) {
   EXPECT_LT(relative_difference(with.c, without.c), 1e-5);
 }
 
+/// The bf16 bit patterns of a stored operand.
+std::vector<std::uint16_t> bf16_bits(const std::vector<float>& x) {
+  std::vector<std::uint16_t> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = k::to_bf16_bits(x[i]);
+  return out;
+}
+
+// gemm(exec, ta, ..., Operand, Operand, ...): operands already in bf16 (a weight's copy, an
+// activation a kernel wrote in bf16) give the bits of the float gemm under bf16 on their values,
+// packed ones alongside; padded (strided) bf16 operands are right too. Where the products take no
+// bf16 operands it refuses.
+TEST(GemmPrecision, Bf16OperandsGiveTheFloatGemmsBits) {
+  if (!kHostMemory) GTEST_SKIP() << "bf16 operands are a host path";
+  {
+    MatmulPrecision fp32(Precision::fp32);
+    EXPECT_FALSE(blas::bf16_operands());
+    float c = 0.0f;
+    const std::uint16_t one = k::to_bf16_bits(1.0f);
+    EXPECT_THROW(blas::gemm(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, blas::Operand{nullptr, &one, 1},
+                            blas::Operand{nullptr, &one, 1}, 0.0f, &c, 1),
+                 std::logic_error);
+  }
+  MatmulPrecision bf16(Precision::bf16);
+  InstalledSbgemm installed(&reference_sbgemm);  // the OpenBLAS path has a bf16 GEMM too
+  for (GemmLibrary lib : libraries()) {
+    GemmLibraryScope scope(lib);
+    if (!blas::bf16_operands()) continue;  // oneDNN without a bf16 matmul on this CPU
+    for (Op ta : {Op::N, Op::T}) {
+      for (Op tb : {Op::N, Op::T}) {
+        SCOPED_TRACE(::testing::Message() << gemm_library_name(lib) << " ta=" << op_name(ta) << " tb=" << op_name(tb));
+        for (int pad : {0, 3}) {
+          Product p = make(ta, tb, 21, 34, 45, pad, 1.0f, 1.0f, 40 + unsigned(pad));
+          auto d_a = test::to_device(p.a), d_b = test::to_device(p.b);
+          auto d_a16 = test::to_device(bf16_bits(p.a)), d_b16 = test::to_device(bf16_bits(p.b));
+          auto d_want = test::to_device(p.c0);
+          blas::gemm(ExecSpace(), ta, tb, p.m, p.n, p.k, p.alpha, d_a.data(), p.lda, d_b.data(), p.ldb, p.beta,
+                     d_want.data(), p.ldc);
+          const std::vector<float> want = test::to_host(d_want);
+          const blas::Operand a32{d_a.data(), nullptr, p.lda}, a16{nullptr, d_a16.data(), p.lda};
+          const blas::Operand b32{d_b.data(), nullptr, p.ldb}, b16{nullptr, d_b16.data(), p.ldb};
+          for (const auto& [a, b] : {std::pair{a16, b32}, std::pair{a32, b16}, std::pair{a16, b16}}) {
+            auto d_c = test::to_device(p.c0);
+            blas::gemm(ExecSpace(), ta, tb, p.m, p.n, p.k, p.alpha, a, b, p.beta, d_c.data(), p.ldc);
+            p.c = test::to_host(d_c);
+            if (pad == 0) {  // the layout of the packed copies: the same product, the same bits
+              ASSERT_EQ(std::memcmp(p.c.data(), want.data(), want.size() * sizeof(float)), 0);
+            } else {  // another layout may sum in another order: a bf16 step at most, or fp32 sums' error
+              for (std::size_t e = 0; e < want.size(); ++e)
+                ASSERT_NEAR(p.c[e], want[e], std::ldexp(std::fabs(want[e]), -7) + 1e-3) << "element " << e;
+            }
+          }
+        }
+      }
+    }
+  }
+  float c = 0.0f;
+  EXPECT_THROW(blas::gemm(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, blas::Operand{&c, nullptr, 1},
+                          blas::Operand{nullptr, nullptr, 1}, 0.0f, &c, 1),
+               std::invalid_argument);
+}
+
 }  // namespace

@@ -7,10 +7,12 @@
 #include <functional>
 #include <vector>
 
+#include "blas/gemm.hpp"
 #include "gradient_check.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/reduce.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/precision.hpp"
 #include "nn/attention.hpp"
 #include "nn/gpt.hpp"
 #include "nn/param_store.hpp"
@@ -107,6 +109,38 @@ TEST_P(GemmAttention, EqualsTheReferenceKernels) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpt, GemmAttention, ::testing::Values(std::size_t(6), std::size_t(70)));
+
+// Under bf16 operands the GPT keeps qkv as bf16 head blocks (nn::qkv_to_bf16): the attention on
+// them gives the bits of the attention on the fp32 qkv, whose products pack the same blocks.
+TEST(Gpt, Bf16HeadBlocksGiveTheAttentionsBits) {
+  blas::set_matmul_precision(Precision::bf16);
+  struct Restore {
+    ~Restore() { blas::set_matmul_precision(Precision::fp32); }
+  } restore;
+  if (!blas::bf16_operands()) GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
+  const ExecSpace exec;
+  const std::size_t B = 2, H = 3, T = 70, C = 12, rows = B * T;
+  const Matrix<float> qkv = to_device(tessera::test::random_vector<float>(rows * 3 * C, 6, -1.5, 1.5), rows, 3 * C);
+  const Matrix<float> dy = to_device(tessera::test::random_vector<float>(rows * C, 7, -1, 1), rows, C);
+  Vector<std::uint16_t> qkv16("qkv16", rows * 3 * C);
+  nn::qkv_to_bf16(exec, qkv, int(H), int(T), qkv16.data());
+  Matrix<float> y("y", rows, C), y16("y16", rows, C), d("d", rows, 3 * C), d16("d16", rows, 3 * C);
+  kernels::AttentionView<float> att("att", B, H, T, T), ds("ds", B, H, T, T), att16("att16", B, H, T, T),
+      ds16("ds16", B, H, T, T);
+  const auto view = [&](const kernels::AttentionView<float>& a) { return nn::AttentionScores<float>(a.data(), B, H, T, T); };
+  nn::attention_forward<float>(exec, qkv, y, view(att));
+  nn::attention_backward<float>(exec, qkv, view(att), dy, d, view(ds));
+  nn::attention_forward_bf16(exec, qkv16.data(), y16, view(att16));
+  nn::attention_backward_bf16(exec, qkv16.data(), view(att16), dy, d16, view(ds16));
+  EXPECT_EQ(to_host(y), to_host(y16));
+  EXPECT_EQ(to_host(Vector<float>(att.data(), att.size())), to_host(Vector<float>(att16.data(), att16.size())));
+  EXPECT_EQ(to_host(d), to_host(d16));
+  // The head blocks: q of sample 1, head 2, position 3, element 1.
+  const std::vector<float> h = to_host(qkv);
+  const std::vector<std::uint16_t> h16 = to_host(qkv16);
+  const std::size_t hd = C / H;
+  EXPECT_EQ(h16[((1 * 3 + 0) * H + 2) * T * hd + 3 * hd + 1], kernels::to_bf16_bits(h[(1 * T + 3) * 3 * C + 2 * hd + 1]));
+}
 
 TEST(Gpt, NamesFollowGpt2) {
   nn::ParamStore<float> store;

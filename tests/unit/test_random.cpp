@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "kernel_test_util.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/random.hpp"
 #include "nn/linear.hpp"
 #include "nn/param_store.hpp"
@@ -130,6 +132,44 @@ TEST(ParamStore, ValuesDependOnlyOnSeedNameAndIndex) {
   single.initialize(exec, 7);
   const auto f = to_host(single.value(0));
   for (std::size_t j = 0; j < x.size(); ++j) EXPECT_EQ(f[j], float(x[j]));
+}
+
+// The bf16 copies the products of a bf16 step read: each parameter's values rounded to bf16,
+// made at the first use after a change and kept (not remade) until values_changed() says so.
+TEST(ParamStore, Bf16CopiesFollowTheValuesVersion) {
+  const ExecSpace exec;
+  nn::ParamStore<float> store;
+  const auto w = store.add("w", {5, 7}, nn::InitKind::normal, 1.0);
+  const auto v = store.add("v", {3}, nn::InitKind::uniform, 2.0);
+  store.allocate();
+  store.initialize(exec, 3);
+  const auto bits = [&](std::size_t i) {
+    const Kokkos::View<const std::uint16_t*, MemSpace, Kokkos::MemoryUnmanaged> d(store.bf16_value(exec, i),
+                                                                                 store.infos()[i].size);
+    const auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), d);
+    return std::vector<std::uint16_t>(h.data(), h.data() + h.size());
+  };
+  const auto rounded = [&](std::size_t i) {
+    std::vector<std::uint16_t> out;
+    for (float x : to_host(store.value(i))) out.push_back(kernels::to_bf16_bits(x));
+    return out;
+  };
+  EXPECT_EQ(bits(w), rounded(w));
+  EXPECT_EQ(bits(v), rounded(v));
+  const std::vector<std::uint16_t> before = bits(w);
+  Kokkos::deep_copy(store.value(w), 0.25f);  // a write that says nothing: the copy is kept
+  EXPECT_EQ(bits(w), before);
+  const auto version = store.values_version();
+  store.values_changed();
+  EXPECT_GT(store.values_version(), version);
+  EXPECT_EQ(bits(w), std::vector<std::uint16_t>(35, kernels::to_bf16_bits(0.25f)));
+  store.initialize(exec, 4);  // initialize() says it itself
+  EXPECT_EQ(bits(w), rounded(w));
+  EXPECT_NE(bits(w), before);
+  nn::ParamStore<double> wide;
+  wide.add("w", {2}, nn::InitKind::ones);
+  wide.allocate();
+  EXPECT_THROW(wide.bf16_value(exec, 0), std::logic_error);
 }
 
 TEST(ParamStore, LayoutPaddingAndKinds) {

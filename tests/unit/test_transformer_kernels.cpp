@@ -12,9 +12,11 @@
 
 #include "gradient_check.hpp"
 #include "kernel_test_util.hpp"
+#include "kernels/activation.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/layernorm.hpp"
+#include "kernels/precision.hpp"
 
 namespace {
 
@@ -112,6 +114,35 @@ TYPED_TEST(TransformerKernelTest, LayerNormForwardMatchesReference) {
   kernels::layernorm_forward(exec, to_device(x, rows, channels), to_device(w), to_device(b), d_y,
                              d_mean, d_rstd);
   EXPECT_EQ(to_host(d_x), to_host(d_y));
+}
+
+// Under bf16 the GPT keeps LayerNorm's and the GELU's outputs in bf16 buffers (bit patterns):
+// the kernels write exactly the bf16 rounding of what they write into a float buffer, and the
+// rest of their outputs (mean, rstd, gelu') stay as they were.
+TEST(TransformerKernels, Bf16OutputsAreTheRoundedFloatOutputs) {
+  const ExecSpace exec;
+  const auto x = random_vector<float>(rows * channels, 11, -3, 4);
+  const Vector<float> w = to_device(random_vector<float>(channels, 12)), b = to_device(random_vector<float>(channels, 13));
+  const Matrix<float> d_x = to_device(x, rows, channels);
+  Matrix<float> y("y", rows, channels);
+  Matrix<std::uint16_t> y16("y16", rows, channels);
+  Vector<float> mean("mean", rows), rstd("rstd", rows), mean16("mean16", rows), rstd16("rstd16", rows);
+  kernels::layernorm_forward(exec, d_x, w, b, y, mean, rstd);
+  kernels::layernorm_forward(exec, d_x, w, b, y16, mean16, rstd16);
+  const auto expect_rounded = [](const std::vector<float>& f, const std::vector<std::uint16_t>& h) {
+    ASSERT_EQ(f.size(), h.size());
+    for (std::size_t i = 0; i < f.size(); ++i) ASSERT_EQ(h[i], kernels::to_bf16_bits(f[i])) << i;
+  };
+  expect_rounded(to_host(y), to_host(y16));
+  EXPECT_EQ(to_host(mean), to_host(mean16));
+  EXPECT_EQ(to_host(rstd), to_host(rstd16));
+  // GELU of z + bias, saving gelu' in place of z.
+  Matrix<float> z = to_device(x, rows, channels), z16 = to_device(x, rows, channels);
+  kernels::gelu_forward_saving_derivative(exec, b, z, y, z);
+  kernels::gelu_forward_saving_derivative(exec, b, z16, y16, z16);
+  expect_rounded(to_host(y), to_host(y16));
+  EXPECT_EQ(to_host(z), to_host(z16));
+  EXPECT_NE(to_host(y16), std::vector<std::uint16_t>(rows * channels, 0));
 }
 
 TEST(TransformerGradCheck, LayerNorm) {
