@@ -83,6 +83,19 @@ auto flat(const View& m) {
   return VectorU<T, Mem>(m.data(), m.extent(0) * m.extent(1));
 }
 
+/// The first n rows of a contiguous rank-2 view, as an unmanaged view (a slot's buffers are
+/// sized for the largest batch; a smaller batch uses their first rows).
+template <class E, class... P>
+MatrixU<E> first_rows(const Kokkos::View<E**, P...>& m, std::size_t n) {
+  return MatrixU<E>(m.data(), n, m.extent(1));
+}
+
+/// The first n elements of a rank-1 view, as an unmanaged view.
+template <class E, class... P>
+VectorU<E> first(const Kokkos::View<E*, P...>& v, std::size_t n) {
+  return VectorU<E>(v.data(), n);
+}
+
 /// Pushes a named region for Kokkos tools for the lifetime of the object (Kokkos 3.4 lacks
 /// Kokkos::Profiling::ScopedRegion).
 class ScopedRegion {

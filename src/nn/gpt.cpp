@@ -39,15 +39,6 @@ Vector<T> alloc_vector(const std::string& what, std::size_t n) {
                                       Kokkos::WithoutInitializing), n);
 }
 
-template <class T>
-VectorU<T> head(const Vector<T>& v, int n) { return VectorU<T>(v.data(), static_cast<std::size_t>(n)); }
-
-/// The first `tokens` rows of m.
-template <class E>
-MatrixU<E> first_rows(const Matrix<E>& m, int tokens) {
-  return MatrixU<E>(m.data(), static_cast<std::size_t>(tokens), m.extent(1));
-}
-
 /// Of a tensor that products read, the buffer of element type A: the fp32 one or the bf16 one.
 template <class A, class T>
 const Matrix<A>& pick(const Matrix<T>& f32, const Matrix<std::uint16_t>& bf16) {
@@ -241,7 +232,7 @@ void Gpt<T>::clear_slots() {
 
 template <class T>
 MatrixU<T> Gpt<T>::tokens_rows(const Matrix<T>& m, int tokens) const {
-  return first_rows(m, tokens);
+  return first_rows(m, std::size_t(tokens));
 }
 
 template <class T>
@@ -324,12 +315,12 @@ template <class A>
 void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
                               const Acts& a, int tokens, const MatrixU<T>& out) const {
   const int batch = tokens / shape_.context;
-  const auto r = [&](const auto& m) { return first_rows(m, tokens); };
+  const auto r = [&](const auto& m) { return first_rows(m, std::size_t(tokens)); };
   const MatrixU<T> qkv = r(a.qkv), y = r(a.y), x1 = r(a.x1), fc = r(a.fc);  // qkv: empty in bf16
   const MatrixU<A> ln1 = r(pick<A>(a.ln1, a.ln1_16)), ln2 = r(pick<A>(a.ln2, a.ln2_16)),
                    h = r(pick<A>(a.h, a.h16));
   kernels::layernorm_forward(exec, x, store_->value(b.ln1_w), store_->value(b.ln1_b), ln1,
-                             head(a.mean1, tokens), head(a.rstd1, tokens));
+                             first(a.mean1, std::size_t(tokens)), first(a.rstd1, std::size_t(tokens)));
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
   if constexpr (std::is_same_v<A, std::uint16_t>) {
     // qkv lands in fp32 scratch (backward's dqkv, free until then) and is kept as bf16 head blocks.
@@ -347,7 +338,7 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
   b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
   kernels::bias_residual_add(exec, store_->value(b.proj.bias_index()), x, x1);
   kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
-                             ln2, head(a.mean2, tokens), head(a.rstd2, tokens));
+                             ln2, first(a.mean2, std::size_t(tokens)), first(a.rstd2, std::size_t(tokens)));
   linear_forward(exec, b.fc, ln2, fc, part_.tensor_sum, Linear<T>::Bias::caller);
   kernels::gelu_forward_saving_derivative(exec, store_->value(b.fc.bias_index()), fc, h,
                                           fc);  // fc: gelu' from here on
@@ -361,7 +352,7 @@ void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const Matr
                                const Acts& a, int tokens, const MatrixU<T>& dres) const {
   // dres: the gradient of the block's output in, of its input out.
   const int batch = tokens / shape_.context;
-  const auto r = [&](const auto& m) { return first_rows(m, tokens); };
+  const auto r = [&](const auto& m) { return first_rows(m, std::size_t(tokens)); };
   const MatrixU<T> dh = r(dh_), dln = r(dln_), d1 = r(d1_), dy = r(dy_), dqkv = r(dqkv_);
   // MLP sub-block (mproj is row-parallel: its input gradient needs no sum).
   linear_backward(exec, b.mproj, r(pick<A>(a.h, a.h16)), dres, dh, part_.tensor_sum);
@@ -373,9 +364,10 @@ void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const Matr
     kernels::gelu_backward_saved(exec, r(a.fc), dh, dh, store_->grad(b.fc.bias_index()));  // and fc's bias
     linear_backward(exec, b.fc, r(a.ln2), dh, dln, part_.tensor_sum, Linear<T>::Bias::caller);
   }
-  kernels::layernorm_backward(exec, r(a.x1), store_->value(b.ln2_w), head(a.mean2, tokens),
-                              head(a.rstd2, tokens), dln, d1, store_->grad(b.ln2_w), store_->grad(b.ln2_b),
-                              dres);  // d1: the gradient of x1, through LayerNorm and the residual
+  // d1: the gradient of x1, through LayerNorm and the residual.
+  kernels::layernorm_backward(exec, r(a.x1), store_->value(b.ln2_w), first(a.mean2, std::size_t(tokens)),
+                              first(a.rstd2, std::size_t(tokens)), dln, d1, store_->grad(b.ln2_w),
+                              store_->grad(b.ln2_b), dres);
   // Attention sub-block.
   b.proj.backward(exec, r(a.y), d1, dy);
   const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
@@ -385,82 +377,9 @@ void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const Matr
   else if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
   else attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
   linear_backward(exec, b.qkv, r(pick<A>(a.ln1, a.ln1_16)), dqkv, dln, part_.tensor_sum);
-  kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), head(a.mean1, tokens),
-                              head(a.rstd1, tokens), dln, dres, store_->grad(b.ln1_w), store_->grad(b.ln1_b),
-                              d1);
-}
-
-template <class T>
-void Gpt<T>::head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const {
-  if (hooks_) hooks_->before_forward(lnf_unit_);
-  const VectorU<T> mean = head(s.meanf, tokens), rstd = head(s.rstdf, tokens);
-  const bool h16 = bf16_acts();
-  if (h16) {
-    if constexpr (std::is_same_v<T, float>)
-      kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), first_rows(s.hf16, tokens),
-                                 mean, rstd);
-  } else {
-    kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), first_rows(s.hf, tokens),
-                               mean, rstd);
-  }
-  if (hooks_) {
-    hooks_->after_forward(lnf_unit_);
-    hooks_->before_forward(head_unit());
-  }
-  const int C = shape_.width;
-  T* logits = s.logits.data();
-  if constexpr (std::is_same_v<T, float>) {
-    if (h16 || bf16_weights(*store_)) {  // logits = hf W_head^T from bf16 operands
-      const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
-      blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, 1.0f, hf, head_weight_operand(exec), 0.0f,
-                 logits, vocab_local_);
-      if (hooks_) hooks_->after_forward(head_unit());
-      return;
-    }
-  }
-  const MatrixU<T> w = store_->value_matrix(head_weight());
-  blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, T(1), s.hf.data(), C, w.data(), C, T(0),
-             logits, vocab_local_);
-  if (hooks_) hooks_->after_forward(head_unit());
-}
-
-template <class T>
-blas::Operand Gpt<T>::head_weight_operand(const ExecSpace& exec) const {
-  if constexpr (std::is_same_v<T, float>) {
-    if (bf16_weights(*store_)) return {nullptr, store_->bf16_value(exec, head_weight()), shape_.width};
-    return {store_->value_matrix(head_weight()).data(), nullptr, shape_.width};
-  } else {
-    (void)exec;
-    throw std::logic_error("tessera::nn::Gpt: bf16 operands of a double model");
-  }
-}
-
-template <class T>
-void Gpt<T>::head_backward(const ExecSpace& exec, const Slot& s, int tokens) const {
-  // dW_head += dlogits^T hf, dhf = dlogits W_head (a partial sum over the vocabulary).
-  const int C = shape_.width, Vl = vocab_local_;
-  const T* dlogits = s.dlogits.data();
-  T* dhf = dhf_.data();
-  if (hooks_) hooks_->before_backward(head_unit());
-  T* dw = store_->grad_matrix(head_weight()).data();
-  bool done = false;
-  if constexpr (std::is_same_v<T, float>) {
-    const bool h16 = bf16_acts();
-    if (h16 || bf16_weights(*store_)) {
-      const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
-      const blas::Operand dl{dlogits, nullptr, Vl};
-      blas::gemm(exec, blas::Op::T, blas::Op::N, Vl, C, tokens, 1.0f, dl, hf, 1.0f, dw, C);
-      blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, C, Vl, 1.0f, dl, head_weight_operand(exec), 0.0f, dhf, C);
-      done = true;
-    }
-  }
-  if (!done) {
-    const MatrixU<T> w = store_->value_matrix(head_weight());
-    blas::gemm(exec, blas::Op::T, blas::Op::N, Vl, C, tokens, T(1), dlogits, Vl, s.hf.data(), C, T(1), dw, C);
-    blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, C, Vl, T(1), dlogits, Vl, w.data(), C, T(0), dhf, C);
-  }
-  // On a single stage the head shares its unit with the embedding, whose backward ends it.
-  if (hooks_ && wte_copy_unit_ != npos) hooks_->after_backward(wte_copy_unit_);
+  kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), first(a.mean1, std::size_t(tokens)),
+                              first(a.rstd1, std::size_t(tokens)), dln, dres, store_->grad(b.ln1_w),
+                              store_->grad(b.ln1_b), d1);
 }
 
 template <class T>
@@ -494,7 +413,7 @@ void Gpt<T>::backward(const ExecSpace& exec, int slot) {
     tensor_sum(exec, dhf);
     if (hooks_) hooks_->before_backward(lnf_unit_);
     kernels::layernorm_backward(exec, tokens_rows(s.x.back(), tokens), store_->value(lnf_w_),
-                                head(s.meanf, tokens), head(s.rstdf, tokens), dhf, dres,
+                                first(s.meanf, std::size_t(tokens)), first(s.rstdf, std::size_t(tokens)), dhf, dres,
                                 store_->grad(lnf_w_), store_->grad(lnf_b_));
     if (hooks_) hooks_->after_backward(lnf_unit_);
   } else {
@@ -526,89 +445,6 @@ void Gpt<T>::backward(const ExecSpace& exec, int slot) {
   } else {
     Kokkos::deep_copy(exec, MatrixU<T>(s.dinput.data(), n, C), dres);
   }
-}
-
-template <class T>
-LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
-                      MatrixU<const T> /*targets*/, T scale) {
-  const int batch = this->batch_of(slot);
-  const auto n = static_cast<Index>(batch) * shape_.context;
-  const Slot& s = slots_[std::size_t(slot)];
-  const Index Vl = vocab_local_, first = vocab_first_, tp = part_.tp, t = part_.t;
-  if (Index(labels.extent(0)) != n)
-    throw std::invalid_argument(fmt::format("tessera::nn::Gpt::loss: {} labels for {} positions",
-                                            labels.extent(0), n));
-  const MatrixU<const T> logits(s.logits.data(), std::size_t(n), std::size_t(Vl));
-  const MatrixU<T> dlogits(s.dlogits.data(), std::size_t(n), std::size_t(Vl));
-  // xent: [tp][n][2] (max, sum of exp(l - max)) of each rank's vocabulary rows, then [n] the
-  // target's logit (from the rank that holds it): summed over the group, zeros elsewhere.
-  const VectorU<T> buf(xent_.data(), std::size_t(n * (2 * tp + 1)));
-  Kokkos::deep_copy(exec, buf, T(0));
-  Kokkos::parallel_for(
-      "tessera::nn::Gpt::loss::local", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
-      KOKKOS_LAMBDA(const Index i) {
-        const T* li = &logits(i, 0);
-        T m = li[0];
-        TESSERA_SIMD_REDUCTION(max : m)
-        for (Index v = 1; v < Vl; ++v) m = li[v] > m ? li[v] : m;
-        T sum = T(0);
-        TESSERA_SIMD_REDUCTION(+ : sum)
-        for (Index v = 0; v < Vl; ++v) sum += math::vexp(li[v] - m);
-        buf((t * n + i) * 2) = m;
-        buf((t * n + i) * 2 + 1) = sum;
-        const Index target = Index(labels(i)) - first;
-        if (target >= 0 && target < Vl) buf(tp * n * 2 + i) = logits(i, target);
-      });
-  if (tp > 1) {
-    exec.fence();
-    part_.tensor_sum(buf.data(), buf.size());
-  }
-  // Every rank now knows each row's global max M, sum S = sum_r s_r exp(m_r - M), target logit.
-  const T per_token = scale / T(shape_.context);
-  Kokkos::parallel_for(
-      "tessera::nn::Gpt::loss::grad", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
-      KOKKOS_LAMBDA(const Index i) {
-        T M = buf(i * 2);
-        for (Index r = 1; r < tp; ++r) M = buf((r * n + i) * 2) > M ? buf((r * n + i) * 2) : M;
-        T S = T(0);
-        for (Index r = 0; r < tp; ++r) S += buf((r * n + i) * 2 + 1) * math::exp(buf((r * n + i) * 2) - M);
-        const T c = per_token / S;
-        const T* li = &logits(i, 0);
-        T* di = &dlogits(i, 0);
-        TESSERA_SIMD
-        for (Index v = 0; v < Vl; ++v) di[v] = c * math::vexp(li[v] - M);
-        const Index target = Index(labels(i)) - first;
-        if (target >= 0 && target < Vl) di[target] -= per_token;
-      });
-  double loss_sum = 0.0, correct = 0.0;
-  Kokkos::parallel_reduce(
-      "tessera::nn::Gpt::loss::sum", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
-      KOKKOS_LAMBDA(const Index i, double& l, double& c) {
-        T M = buf(i * 2);
-        for (Index r = 1; r < tp; ++r) M = buf((r * n + i) * 2) > M ? buf((r * n + i) * 2) : M;
-        T S = T(0);
-        for (Index r = 0; r < tp; ++r) S += buf((r * n + i) * 2 + 1) * math::exp(buf((r * n + i) * 2) - M);
-        const T target = buf(tp * n * 2 + i);
-        l += double(math::log(S) + M - target);
-        c += target >= M ? 1.0 : 0.0;
-      },
-      loss_sum, correct);
-  return {loss_sum / shape_.context, correct / shape_.context};
-}
-
-template <class T>
-void Gpt<T>::next_token_logits(const ExecSpace& exec, int slot, int positions, const MatrixU<T>& out) {
-  if (!first_stage() || !last_stage())
-    throw std::logic_error("tessera::nn::Gpt::next_token_logits needs the whole model on one stage");
-  forward(exec, slot);  // causal: positions after `positions` do not change the earlier logits
-  const int batch = this->batch_of(slot);
-  const Slot& s = slots_[std::size_t(slot)];
-  const Index Vl = vocab_local_, T_ = shape_.context, p = positions - 1;
-  const MatrixU<const T> logits(s.logits.data(), std::size_t(batch) * std::size_t(T_), std::size_t(Vl));
-  Kokkos::parallel_for(
-      "tessera::nn::Gpt::next_token_logits",
-      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(exec, {0, 0}, {Index(batch), Vl}),
-      KOKKOS_LAMBDA(const Index b, const Index v) { out(b, v) = logits(b * T_ + p, v); });
 }
 
 template class Gpt<float>;

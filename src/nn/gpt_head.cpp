@@ -1,0 +1,186 @@
+// The GPT's head (blocks of nn/gpt.cpp end here): the final LayerNorm, the logits through the tied
+// token embedding, the cross-entropy loss and its gradient, and the logits generation reads.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "blas/gemm.hpp"
+#include "core/error.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/math.hpp"
+#include "kernels/simd.hpp"
+#include "nn/gpt.hpp"
+
+namespace tessera::nn {
+
+template <class T>
+void Gpt<T>::head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const {
+  if (hooks_) hooks_->before_forward(lnf_unit_);
+  const auto n = std::size_t(tokens);
+  const VectorU<T> mean = first(s.meanf, n), rstd = first(s.rstdf, n);
+  const bool h16 = bf16_acts();
+  if (h16) {
+    if constexpr (std::is_same_v<T, float>)
+      kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), first_rows(s.hf16, n),
+                                 mean, rstd);
+  } else {
+    kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), first_rows(s.hf, n), mean,
+                               rstd);
+  }
+  if (hooks_) {
+    hooks_->after_forward(lnf_unit_);
+    hooks_->before_forward(head_unit());
+  }
+  const int C = shape_.width;
+  T* logits = s.logits.data();
+  if constexpr (std::is_same_v<T, float>) {
+    if (h16 || bf16_weights(*store_)) {  // logits = hf W_head^T from bf16 operands
+      const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
+      blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, 1.0f, hf, head_weight_operand(exec), 0.0f,
+                 logits, vocab_local_);
+      if (hooks_) hooks_->after_forward(head_unit());
+      return;
+    }
+  }
+  const MatrixU<T> w = store_->value_matrix(head_weight());
+  blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, T(1), s.hf.data(), C, w.data(), C, T(0),
+             logits, vocab_local_);
+  if (hooks_) hooks_->after_forward(head_unit());
+}
+
+template <class T>
+blas::Operand Gpt<T>::head_weight_operand(const ExecSpace& exec) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_weights(*store_)) return {nullptr, store_->bf16_value(exec, head_weight()), shape_.width};
+    return {store_->value_matrix(head_weight()).data(), nullptr, shape_.width};
+  } else {
+    (void)exec;
+    throw std::logic_error("tessera::nn::Gpt: bf16 operands of a double model");
+  }
+}
+
+template <class T>
+void Gpt<T>::head_backward(const ExecSpace& exec, const Slot& s, int tokens) const {
+  // dW_head += dlogits^T hf, dhf = dlogits W_head (a partial sum over the vocabulary).
+  const int C = shape_.width, Vl = vocab_local_;
+  const T* dlogits = s.dlogits.data();
+  T* dhf = dhf_.data();
+  if (hooks_) hooks_->before_backward(head_unit());
+  T* dw = store_->grad_matrix(head_weight()).data();
+  bool done = false;
+  if constexpr (std::is_same_v<T, float>) {
+    const bool h16 = bf16_acts();
+    if (h16 || bf16_weights(*store_)) {
+      const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
+      const blas::Operand dl{dlogits, nullptr, Vl};
+      blas::gemm(exec, blas::Op::T, blas::Op::N, Vl, C, tokens, 1.0f, dl, hf, 1.0f, dw, C);
+      blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, C, Vl, 1.0f, dl, head_weight_operand(exec), 0.0f, dhf, C);
+      done = true;
+    }
+  }
+  if (!done) {
+    const MatrixU<T> w = store_->value_matrix(head_weight());
+    blas::gemm(exec, blas::Op::T, blas::Op::N, Vl, C, tokens, T(1), dlogits, Vl, s.hf.data(), C, T(1), dw, C);
+    blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, C, Vl, T(1), dlogits, Vl, w.data(), C, T(0), dhf, C);
+  }
+  // On a single stage the head shares its unit with the embedding, whose backward ends it.
+  if (hooks_ && wte_copy_unit_ != npos) hooks_->after_backward(wte_copy_unit_);
+}
+
+template <class T>
+LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
+                      MatrixU<const T> /*targets*/, T scale) {
+  const int batch = this->batch_of(slot);
+  const auto n = static_cast<Index>(batch) * shape_.context;
+  const Slot& s = slots_[std::size_t(slot)];
+  const Index Vl = vocab_local_, first = vocab_first_, tp = part_.tp, t = part_.t;
+  if (Index(labels.extent(0)) != n)
+    throw std::invalid_argument(fmt::format("tessera::nn::Gpt::loss: {} labels for {} positions",
+                                            labels.extent(0), n));
+  const MatrixU<const T> logits(s.logits.data(), std::size_t(n), std::size_t(Vl));
+  const MatrixU<T> dlogits(s.dlogits.data(), std::size_t(n), std::size_t(Vl));
+  // xent: [tp][n][2] (max, sum of exp(l - max)) of each rank's vocabulary rows, then [n] the
+  // target's logit (from the rank that holds it): summed over the group, zeros elsewhere.
+  const VectorU<T> buf(xent_.data(), std::size_t(n * (2 * tp + 1)));
+  Kokkos::deep_copy(exec, buf, T(0));
+  Kokkos::parallel_for(
+      "tessera::nn::Gpt::loss::local", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
+      KOKKOS_LAMBDA(const Index i) {
+        const T* li = &logits(i, 0);
+        T m = li[0];
+        TESSERA_SIMD_REDUCTION(max : m)
+        for (Index v = 1; v < Vl; ++v) m = li[v] > m ? li[v] : m;
+        T sum = T(0);
+        TESSERA_SIMD_REDUCTION(+ : sum)
+        for (Index v = 0; v < Vl; ++v) sum += math::vexp(li[v] - m);
+        buf((t * n + i) * 2) = m;
+        buf((t * n + i) * 2 + 1) = sum;
+        const Index target = Index(labels(i)) - first;
+        if (target >= 0 && target < Vl) buf(tp * n * 2 + i) = logits(i, target);
+      });
+  if (tp > 1) {
+    exec.fence();
+    part_.tensor_sum(buf.data(), buf.size());
+  }
+  // Every rank now knows each row's global max M, sum S = sum_r s_r exp(m_r - M), target logit.
+  const T per_token = scale / T(shape_.context);
+  Kokkos::parallel_for(
+      "tessera::nn::Gpt::loss::grad", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
+      KOKKOS_LAMBDA(const Index i) {
+        T M = buf(i * 2);
+        for (Index r = 1; r < tp; ++r) M = buf((r * n + i) * 2) > M ? buf((r * n + i) * 2) : M;
+        T S = T(0);
+        for (Index r = 0; r < tp; ++r) S += buf((r * n + i) * 2 + 1) * math::exp(buf((r * n + i) * 2) - M);
+        const T c = per_token / S;
+        const T* li = &logits(i, 0);
+        T* di = &dlogits(i, 0);
+        TESSERA_SIMD
+        for (Index v = 0; v < Vl; ++v) di[v] = c * math::vexp(li[v] - M);
+        const Index target = Index(labels(i)) - first;
+        if (target >= 0 && target < Vl) di[target] -= per_token;
+      });
+  double loss_sum = 0.0, correct = 0.0;
+  Kokkos::parallel_reduce(
+      "tessera::nn::Gpt::loss::sum", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
+      KOKKOS_LAMBDA(const Index i, double& l, double& c) {
+        T M = buf(i * 2);
+        for (Index r = 1; r < tp; ++r) M = buf((r * n + i) * 2) > M ? buf((r * n + i) * 2) : M;
+        T S = T(0);
+        for (Index r = 0; r < tp; ++r) S += buf((r * n + i) * 2 + 1) * math::exp(buf((r * n + i) * 2) - M);
+        const T target = buf(tp * n * 2 + i);
+        l += double(math::log(S) + M - target);
+        c += target >= M ? 1.0 : 0.0;
+      },
+      loss_sum, correct);
+  return {loss_sum / shape_.context, correct / shape_.context};
+}
+
+template <class T>
+void Gpt<T>::next_token_logits(const ExecSpace& exec, int slot, int positions, const MatrixU<T>& out) {
+  if (!first_stage() || !last_stage())
+    throw std::logic_error("tessera::nn::Gpt::next_token_logits needs the whole model on one stage");
+  forward(exec, slot);  // causal: positions after `positions` do not change the earlier logits
+  const int batch = this->batch_of(slot);
+  const Slot& s = slots_[std::size_t(slot)];
+  const Index Vl = vocab_local_, T_ = shape_.context, p = positions - 1;
+  const MatrixU<const T> logits(s.logits.data(), std::size_t(batch) * std::size_t(T_), std::size_t(Vl));
+  Kokkos::parallel_for(
+      "tessera::nn::Gpt::next_token_logits",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(exec, {0, 0}, {Index(batch), Vl}),
+      KOKKOS_LAMBDA(const Index b, const Index v) { out(b, v) = logits(b * T_ + p, v); });
+}
+
+#define TESSERA_GPT_HEAD(T)                                                                                        \
+  template void Gpt<T>::head_forward(const ExecSpace&, const MatrixU<const T>&, const Slot&, int) const;          \
+  template blas::Operand Gpt<T>::head_weight_operand(const ExecSpace&) const;                                      \
+  template void Gpt<T>::head_backward(const ExecSpace&, const Slot&, int) const;                                   \
+  template LossSums Gpt<T>::loss(const ExecSpace&, int, VectorU<const std::int32_t>, MatrixU<const T>, T);         \
+  template void Gpt<T>::next_token_logits(const ExecSpace&, int, int, const MatrixU<T>&);
+TESSERA_GPT_HEAD(float)
+TESSERA_GPT_HEAD(double)
+#undef TESSERA_GPT_HEAD
+
+}  // namespace tessera::nn
