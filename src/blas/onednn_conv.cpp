@@ -263,18 +263,6 @@ void run(Kind kind, const Conv2dShape& s, bool bias, std::initializer_list<const
 
 }  // namespace
 
-Conv2dShape Conv2dShape::same(int batch, int in, int out, int height, int width, int kernel) {
-  Conv2dShape s;
-  s.batch = batch;
-  s.in = in;
-  s.out = out;
-  s.height = height;
-  s.width = width;
-  s.kernel = kernel;
-  s.pad_top = s.pad_bottom = kernel / 2;
-  return s;
-}
-
 bool conv_available() { return true; }
 
 void conv_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {

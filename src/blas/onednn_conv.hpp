@@ -28,7 +28,9 @@ struct Conv2dShape {
   int plane_rows_x = 0, plane_rows_y = 0;
   int out_height() const { return height + pad_top + pad_bottom - kernel + 1; }
   /// "Same" in both directions: padding kernel/2 all round.
-  static Conv2dShape same(int batch, int in, int out, int height, int width, int kernel);
+  static Conv2dShape same(int batch, int in, int out, int height, int width, int kernel) {
+    return Conv2dShape{batch, in, out, height, width, kernel, kernel / 2, kernel / 2, 0, 0};
+  }
 };
 
 /// \brief True when this build has oneDNN (and so these convolutions).

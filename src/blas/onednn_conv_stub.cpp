@@ -14,18 +14,6 @@ namespace {
 
 }  // namespace
 
-Conv2dShape Conv2dShape::same(int batch, int in, int out, int height, int width, int kernel) {
-  Conv2dShape s;
-  s.batch = batch;
-  s.in = in;
-  s.out = out;
-  s.height = height;
-  s.width = width;
-  s.kernel = kernel;
-  s.pad_top = s.pad_bottom = kernel / 2;
-  return s;
-}
-
 bool conv_available() { return false; }
 void conv_forward(const Conv2dShape&, const float*, const float*, const float*, float*) { absent(); }
 void conv_backward_data(const Conv2dShape&, const float*, const float*, float*) { absent(); }
