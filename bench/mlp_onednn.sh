@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Issue 17's MLP sitting: samples/s of Tessera's default deck (inputs/fashion_mnist_mlp.toml, MLP
-# 784-512-512-10, SGD) on 2 ranks in fp32 and bf16 with run.gemm = openblas and onednn, against the
+# 784-512-512-10, SGD) on 2 ranks in fp32 and bf16 with run.gemm = openblas and onednn, and on 1
+# rank whose products run on both cores (run.blas_threads defaults to cores / ranks), against the
 # PyTorch peer ../shared/peers/mlp_torch.py on 2 threads in fp32 and in bf16 (bench/peer_amp.py
 # runs it unchanged under torch.autocast, as gpt_mini.py's --amp bf16 does). The runs alternate
 # REPS times in one sitting; the table has medians.
 #
-# Tessera: OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 tools/mpirun.sh -n 2 build/tessera train
+# Tessera: tools/mpirun.sh -n R build/tessera train
 #   inputs/fashion_mnist_mlp.toml --set train.epochs=EPOCHS --set train.precision=P
 #   --set run.gemm=G; samples/s and test accuracy from summary.json.
 # Peer: OPENBLAS_NUM_THREADS=2 mlp_torch.py --threads 2 --epochs EPOCHS (SGD); its SUMMARY
 #   median-epoch samples/s. Its Python is .venv (bench/peer_venv.sh) else Debian's python3-torch.
-# Writes bench/results/mlp_onednn.csv (who,config,precision,rep,samples_per_s,test_acc) and
-# bench/results/mlp_onednn.md.
+# Writes bench/results/mlp_onednn[_LABEL].csv (who,config,precision,rep,samples_per_s,test_acc)
+# and bench/results/mlp_onednn[_LABEL].md.
 #
 # Usage: bench/mlp_onednn.sh   (needs build/tessera and data/fashion-mnist.h5)
-# env: REPS (3), EPOCHS (2), BUILD_DIR (build), PEERS_DIR, TABLE_ONLY=1 (rewrite the .md from the
+# env: REPS (3), EPOCHS (2), BUILD_DIR (build), PEERS_DIR, LABEL (names the files), TABLE_ONLY=1 (rewrite the .md from the
 #      existing .csv; LOADS="start / end" then says the sitting's load averages)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,8 +31,8 @@ deck=inputs/fashion_mnist_mlp.toml
 results=bench/results
 logs=$results/logs
 runs=$results/tmp
-csv=$results/mlp_onednn.csv
-md=$results/mlp_onednn.md
+csv=$results/mlp_onednn${LABEL:+_$LABEL}.csv
+md=$results/mlp_onednn${LABEL:+_$LABEL}.md
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS='$reps' is not a positive integer"
 [[ "$epochs" =~ ^[1-9][0-9]*$ ]] || die "EPOCHS='$epochs' is not a positive integer"
 [[ -x "$build/tessera" ]] || die "$build/tessera not found" "tools/setup.sh"
@@ -41,10 +42,10 @@ mkdir -p "$logs" "$runs"
 if have_pypi_peer; then python=$PYPI_PEER_PYTHON; else python=$PEER_PYTHON; fi
 
 # \brief Run tessera once; print "samples_per_s,test_acc" from its summary.json.
-# \param $1 precision, $2 run.gemm, $3 tag
+# \param $1 precision, $2 run.gemm, $3 tag, $4 ranks (2: one thread each; 1: two BLAS threads)
 run_tessera() {
-  local out=$runs/$3 log=$logs/$3.log
-  if ! env -u OPENBLAS_CORETYPE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 tools/mpirun.sh -n 2 \
+  local out=$runs/$3 log=$logs/$3.log threads=$((2 / $4))
+  if ! env -u OPENBLAS_CORETYPE OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads tools/mpirun.sh -n "$4" \
       "$build/tessera" train "$deck" --set "train.epochs=$epochs" --set "train.precision=\"$1\"" \
       --set "run.gemm=\"$2\"" --set "run.output_dir=\"$out\"" --set run.overwrite=true >"$log" 2>&1; then
     echo "error: tessera $3 failed; see $log" >&2
@@ -77,9 +78,10 @@ if [[ ${TABLE_ONLY:-0} != 1 ]]; then
   echo "who,config,precision,rep,samples_per_s,test_acc" >"$csv"
   for ((rep = 1; rep <= reps; rep++)); do
     for precision in fp32 bf16; do
-      for gemm in openblas onednn; do
-        r=$(run_tessera "$precision" "$gemm" "mlp_onednn_${precision}_${gemm}_rep$rep")
-        echo "tessera,mpi2_$gemm,$precision,$rep,$r" | tee -a "$csv"
+      for config in 2:openblas 2:onednn 1:onednn; do
+        ranks=${config%%:*} gemm=${config#*:}
+        r=$(run_tessera "$precision" "$gemm" "mlp_onednn_${precision}_${gemm}_mpi${ranks}_rep$rep" "$ranks")
+        echo "tessera,mpi${ranks}_$gemm,$precision,$rep,$r" | tee -a "$csv"
       done
       r=$(run_peer "$precision" "$logs/mlp_onednn_peer_${precision}_rep$rep.log")
       echo "torch,threads2,$precision,$rep,$r" | tee -a "$csv"
@@ -100,7 +102,8 @@ layers = [(784, 512), (512, 512), (512, 10)]
 fwd = sum(2 * i * o for i, o in layers)
 per_sample = fwd + 2 * fwd - 2 * layers[0][0] * layers[0][1]   # as bench/mlp_compare.sh counts
 print("# MLP 784-512-512-10 (default deck): Tessera with OpenBLAS or oneDNN vs torch\n")
-print(f"CPU: {cpu}. Torch {version} on 2 threads; Tessera on 2 ranks of 1 thread. {epochs} epochs per "
+print(f"CPU: {cpu}. Torch {version} on 2 threads; Tessera's mpi2 on 2 ranks of 1 thread, "
+      f"mpi1 on 1 rank whose products run on 2 threads (its other kernels on 1). {epochs} epochs per "
       f"run, median of {reps} runs, alternated. {per_sample:,} FLOPs per sample (matrix products). "
       f"Load average at the start {load_start}, at the end {load_end} (shared machine: noisy).\n")
 med = {}
