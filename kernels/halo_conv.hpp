@@ -91,12 +91,9 @@ template <class T>
 void pack_rows(const ExecSpace& exec, const T* x, Index batch, Index channels, Index h, Index W, Index row0,
                Index n, T* out) {
   const Index m = n * W;
-  Kokkos::parallel_for(
-      "tessera::pack_rows", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * channels * m),
-      KOKKOS_LAMBDA(const Index i) {
-        const Index plane = i / m, e = i % m;
-        out[i] = x[plane * h * W + row0 * W + e];
-      });
+  for_rows("tessera::pack_rows", exec, batch * channels, m, KOKKOS_LAMBDA(const Index plane, const Index e) {
+    out[plane * m + e] = x[plane * h * W + row0 * W + e];
+  });
 }
 
 /// \brief Rows [row0, row0 + n) of every plane of x (B, C, h, W) = src (B, C, n, W), or zeros where
@@ -105,12 +102,9 @@ template <class T>
 void place_rows(const ExecSpace& exec, const T* src, Index batch, Index channels, Index h, Index W, Index row0,
                 Index n, T* x) {
   const Index m = n * W;
-  Kokkos::parallel_for(
-      "tessera::place_rows", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * channels * m),
-      KOKKOS_LAMBDA(const Index i) {
-        const Index plane = i / m, e = i % m;
-        x[plane * h * W + row0 * W + e] = src == nullptr ? T(0) : src[i];
-      });
+  for_rows("tessera::place_rows", exec, batch * channels, m, KOKKOS_LAMBDA(const Index plane, const Index e) {
+    x[plane * h * W + row0 * W + e] = src == nullptr ? T(0) : src[plane * m + e];
+  });
 }
 
 /// \brief Rows [row0, row0 + n) of every plane of x (B, C, h, W) += src (B, C, n, W).
@@ -118,12 +112,9 @@ template <class T>
 void add_rows(const ExecSpace& exec, const T* src, Index batch, Index channels, Index h, Index W, Index row0,
               Index n, T* x) {
   const Index m = n * W;
-  Kokkos::parallel_for(
-      "tessera::add_rows", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * channels * m),
-      KOKKOS_LAMBDA(const Index i) {
-        const Index plane = i / m, e = i % m;
-        x[plane * h * W + row0 * W + e] += src[i];
-      });
+  for_rows("tessera::add_rows", exec, batch * channels, m, KOKKOS_LAMBDA(const Index plane, const Index e) {
+    x[plane * h * W + row0 * W + e] += src[plane * m + e];
+  });
 }
 
 /// \brief db[o] += the sum over samples and positions of dz (B, C, P) (a convolution's bias

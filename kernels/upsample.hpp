@@ -15,14 +15,15 @@ namespace tessera::kernels {
 template <class T, class BView>
 void upsample2_scatter(const ExecSpace& exec, const T* yp, const BView& bias, Index batch, Index channels,
                        Index h, Index w, T* out, Index out_stride) {
-  const Index H = 2 * h, W = 2 * w, img = channels * H * W, hw = h * w;
-  Kokkos::parallel_for(
-      "tessera::upsample2_scatter", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * img),
-      KOKKOS_LAMBDA(const Index e) {
-        const Index b = e / img, r = e % img, c = r / (H * W), y = (r / W) % H, x = r % W;
-        const Index q = c * 4 + (y % 2) * 2 + x % 2;
-        out[b * out_stride + r] = bias(c) + yp[(b * channels * 4 + q) * hw + (y / 2) * w + x / 2];
-      });
+  const Index H = 2 * h, W = 2 * w, hw = h * w;
+  // One output row y of channel c of sample b per r; e walks the input columns, two outputs each.
+  for_rows("tessera::upsample2_scatter", exec, batch * channels * H, w, KOKKOS_LAMBDA(const Index r, const Index j) {
+    const Index b = r / (channels * H), c = (r / H) % channels, y = r % H;
+    const T* src = yp + (b * channels * 4 + c * 4 + (y % 2) * 2) * hw + (y / 2) * w + j;
+    T* dst = out + b * out_stride + (c * H + y) * W + 2 * j;
+    dst[0] = bias(c) + src[0];
+    dst[1] = bias(c) + src[hw];
+  });
 }
 
 /// \brief dyp (B, C*4, h*w) (overwritten) = the entries of dout (B, C, 2h, 2w) at sample stride
@@ -30,14 +31,13 @@ void upsample2_scatter(const ExecSpace& exec, const T* yp, const BView& bias, In
 template <class T>
 void upsample2_gather(const ExecSpace& exec, const T* dout, Index out_stride, Index batch, Index channels,
                       Index h, Index w, T* dyp) {
-  const Index W = 2 * w, hw = h * w, n = channels * 4 * hw;
-  Kokkos::parallel_for(
-      "tessera::upsample2_gather", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * n),
-      KOKKOS_LAMBDA(const Index e) {
-        const Index b = e / n, q = (e / hw) % (channels * 4), p = e % hw;
-        const Index c = q / 4, dy = (q / 2) % 2, dx = q % 2, i = p / w, j = p % w;
-        dyp[e] = dout[b * out_stride + (c * 2 * h + 2 * i + dy) * W + 2 * j + dx];
-      });
+  const Index W = 2 * w;
+  // One row i of dyp's plane q = (c, dy, dx) of sample b per r; j walks its columns.
+  for_rows("tessera::upsample2_gather", exec, batch * channels * 4 * h, w, KOKKOS_LAMBDA(const Index r, const Index j) {
+    const Index b = r / (channels * 4 * h), q = (r / h) % (channels * 4), i = r % h;
+    const Index c = q / 4, dy = (q / 2) % 2, dx = q % 2;
+    dyp[r * w + j] = dout[b * out_stride + (c * 2 * h + 2 * i + dy) * W + 2 * j + dx];
+  });
 }
 
 /// \brief dst[b*dst_stride + e] = src[b*src_stride + e] for e < n (add: +=): one sample's
@@ -45,13 +45,10 @@ void upsample2_gather(const ExecSpace& exec, const T* dout, Index out_stride, In
 template <class T>
 void copy_samples(const ExecSpace& exec, const T* src, Index src_stride, T* dst, Index dst_stride, Index batch,
                   Index n, bool add = false) {
-  Kokkos::parallel_for(
-      "tessera::copy_samples", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * n),
-      KOKKOS_LAMBDA(const Index i) {
-        const Index b = i / n, e = i % n;
-        const T v = src[b * src_stride + e];
-        dst[b * dst_stride + e] = add ? dst[b * dst_stride + e] + v : v;
-      });
+  for_rows("tessera::copy_samples", exec, batch, n, KOKKOS_LAMBDA(const Index b, const Index e) {
+    const T v = src[b * src_stride + e];
+    dst[b * dst_stride + e] = add ? dst[b * dst_stride + e] + v : v;
+  });
 }
 
 }  // namespace tessera::kernels

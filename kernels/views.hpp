@@ -49,6 +49,21 @@ constexpr bool rows_on_host() {
   return Kokkos::SpaceAccessibility<HostSpace, typename YView::memory_space>::accessible;
 }
 
+/// \brief f(r, e) for every r < rows and e < cols, the kernels' way through planes and rows of
+/// raw buffers: on host memory one thread per r with a contiguous loop over e (vectorisable, no
+/// integer division per element: the U-Net's copies and up-sampling scatter spent more time
+/// dividing than moving), on a GPU one thread per element (neighbouring threads, neighbouring e).
+template <class F>
+void for_rows(const char* name, const ExecSpace& exec, Index rows, Index cols, const F& f) {
+  if constexpr (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+    Kokkos::parallel_for(name, range(exec, rows), KOKKOS_LAMBDA(const Index r) {
+      for (Index e = 0; e < cols; ++e) f(r, e);
+    });
+  } else {
+    Kokkos::parallel_for(name, range(exec, rows * cols), KOKKOS_LAMBDA(const Index i) { f(i / cols, i % cols); });
+  }
+}
+
 /// Column sums (bias and LayerNorm parameter gradients) run one thread per block of columns
 /// looping over the rows: no atomics, and each column's order fixed (row by row), whatever the
 /// block width. On a GPU a block is one column (neighbouring threads read neighbouring
