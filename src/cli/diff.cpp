@@ -21,6 +21,7 @@
 #include "core/error.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/tensor_check.hpp"
+#include "train/field_norm.hpp"
 
 namespace tessera::cli {
 
@@ -56,9 +57,13 @@ struct Row {
   }
 };
 
-// "model/..." then, unless model_only, "optimizer/...".
+// "model/...", the field statistics a unet standardises with ("normalization/...", where the file
+// stores them: part of what the model computes, so also under model_only), then, unless
+// model_only, "optimizer/...".
 std::vector<std::string> tensor_names(const io::CheckpointFile& f, bool model_only) {
   std::vector<std::string> names = f.list("model");
+  for (const char* name : kFieldNormTensors)
+    if (f.has(name)) names.emplace_back(name);
   if (!model_only) {
     const std::vector<std::string> state = f.list("optimizer");
     names.insert(names.end(), state.begin(), state.end());

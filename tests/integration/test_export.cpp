@@ -437,6 +437,7 @@ TEST(Import, AUNetExportComesBackWithItsStatisticsAndOldCheckpointsRecomputeThem
   EXPECT_NE(i.output.find("normalisation statistics"), std::string::npos) << i.output;
   const RunResult d = tessera(1, fmt::format("diff {} {}/imported.h5 --model-only --tolerance 0", checkpoint, dir));
   EXPECT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("normalization/target_std"), std::string::npos) << d.output;  // compared too
 
   // The stored statistics are used: the same numbers through export and import, and whatever
   // split the deck calls the training split.
@@ -449,6 +450,9 @@ TEST(Import, AUNetExportComesBackWithItsStatisticsAndOldCheckpointsRecomputeThem
   // A checkpoint without them: recomputed from the training split, the same values (so the same
   // evaluation), and from another split other ones.
   const std::string old = without(checkpoint, "normalization", dir + "/old.h5");
+  const RunResult missing = tessera(1, fmt::format("diff {} {} --model-only --tolerance 0", checkpoint, old));
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;  // the statistics are only in A
+  EXPECT_NE(missing.output.find("only_in_a"), std::string::npos) << missing.output;
   const FieldEval recomputed = eval_fields(old);
   EXPECT_NE(recomputed.output.find("stores none"), std::string::npos) << recomputed.output;
   EXPECT_EQ(recomputed.line, stored.line);
