@@ -6,10 +6,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <initializer_list>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <stdexcept>
@@ -17,6 +15,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "blas/counted_buffer.hpp"
 
 namespace tessera::blas::onednn {
 namespace {
@@ -62,15 +62,8 @@ struct Port {
 struct Entry {
   dnnl::primitive primitive;
   std::vector<Port> inputs, outputs;
+  dnnl::memory scratchpad;  ///< its scratchpad's descriptor, on Library::scratchpad when run
   std::string impl;
-};
-
-struct Scratch {
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<void, Free> data;
-  std::size_t bytes = 0;
 };
 
 struct Library {
@@ -78,7 +71,8 @@ struct Library {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Key, Entry> cache;
-  Scratch scratch[roles];
+  CountedBuffer scratch[roles];
+  CountedBuffer scratchpad;  ///< the primitives' own (scratchpad_mode::user)
 };
 
 Library& library() {
@@ -86,15 +80,13 @@ Library& library() {
   return lib;
 }
 
-void* scratch(Library& lib, Role r, std::size_t bytes) {
-  Scratch& s = lib.scratch[r];
-  if (s.bytes < bytes) {
-    const std::size_t rounded = (bytes + 63) / 64 * 64;
-    s.data.reset(std::aligned_alloc(64, rounded));
-    if (!s.data) throw std::bad_alloc();
-    s.bytes = rounded;
-  }
-  return s.data.get();
+void* scratch(Library& lib, Role r, std::size_t bytes) { return lib.scratch[r].get(bytes); }
+
+/// Primitives hand their scratchpads to Tessera (CountedBuffer) instead of allocating their own.
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
 }
 
 /// The caller's NCHW tensor of `rows` rows per plane inside planes of `plane_rows` rows.
@@ -154,7 +146,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Library& lib, const K
                                                d.any_x, d.any_w, d.b, d.any_y, d.strides, d.pad_l, d.pad_r)
              : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                                d.any_x, d.any_w, d.any_y, d.strides, d.pad_l, d.pad_r);
-  return dnnl::convolution_forward::primitive_desc(fd, lib.engine);
+  return dnnl::convolution_forward::primitive_desc(fd, user_scratchpad(), lib.engine);
 }
 
 Entry make_entry(const Library& lib, const Key& k) {
@@ -163,6 +155,7 @@ Entry make_entry(const Library& lib, const Key& k) {
   Entry e;
   if (k.kind == Kind::forward) {
     e.primitive = dnnl::convolution_forward(fpd);
+    e.scratchpad = dnnl::memory(fpd.scratchpad_desc(), lib.engine, nullptr);
     e.impl = fpd.impl_info_str();
     e.inputs = {input(lib, DNNL_ARG_SRC, image_in, d.x, fpd.src_desc()),
                 input(lib, DNNL_ARG_WEIGHTS, weights, d.w, fpd.weights_desc())};
@@ -172,8 +165,9 @@ Entry make_entry(const Library& lib, const Key& k) {
     const dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.any_x, d.any_w, d.any_y,
                                               d.strides, d.pad_l, d.pad_r),
-        lib.engine, fpd);
+        user_scratchpad(), lib.engine, fpd);
     e.primitive = dnnl::convolution_backward_data(pd);
+    e.scratchpad = dnnl::memory(pd.scratchpad_desc(), lib.engine, nullptr);
     e.impl = pd.impl_info_str();
     e.inputs = {input(lib, DNNL_ARG_DIFF_DST, image_out, d.y, pd.diff_dst_desc()),
                 input(lib, DNNL_ARG_WEIGHTS, weights, d.w, pd.weights_desc())};
@@ -183,8 +177,9 @@ Entry make_entry(const Library& lib, const Key& k) {
                                                                       d.any_w, d.b, d.any_y, d.strides, d.pad_l, d.pad_r)
                            : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.any_x,
                                                                       d.any_w, d.any_y, d.strides, d.pad_l, d.pad_r);
-    const dnnl::convolution_backward_weights::primitive_desc pd(bd, lib.engine, fpd);
+    const dnnl::convolution_backward_weights::primitive_desc pd(bd, user_scratchpad(), lib.engine, fpd);
     e.primitive = dnnl::convolution_backward_weights(pd);
+    e.scratchpad = dnnl::memory(pd.scratchpad_desc(), lib.engine, nullptr);
     e.impl = pd.impl_info_str();
     e.inputs = {input(lib, DNNL_ARG_SRC, image_in, d.x, pd.src_desc()),
                 input(lib, DNNL_ARG_DIFF_DST, image_out, d.y, pd.diff_dst_desc())};
@@ -249,6 +244,10 @@ void run(Kind kind, const Conv2dShape& s, bool bias, std::initializer_list<const
       p.user.set_data_handle(*optr++);
       if (!p.direct) p.inner.set_data_handle(scratch(lib, p.role, p.inner.get_desc().get_size()));
       args.emplace(p.arg, p.inner);
+    }
+    if (const std::size_t bytes = e.scratchpad.get_desc().get_size(); bytes > 0) {
+      e.scratchpad.set_data_handle(lib.scratchpad.get(bytes));
+      args.emplace(DNNL_ARG_SCRATCHPAD, e.scratchpad);
     }
     e.primitive.execute(lib.stream, args);
     for (Port& p : e.outputs)

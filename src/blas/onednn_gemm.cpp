@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "blas/cblas_gemm.hpp"
+#include "blas/counted_buffer.hpp"
 
 namespace tessera::blas::onednn {
 namespace {
@@ -35,6 +36,7 @@ struct Key {
 struct Entry {
   dnnl::matmul primitive;
   dnnl::memory a, b, c;
+  dnnl::memory scratchpad;  ///< its scratchpad's descriptor, on Library::scratchpad when run
   std::unordered_map<int, dnnl::memory> args;
 };
 
@@ -52,6 +54,7 @@ struct Library {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Key, Entry> cache;
+  CountedBuffer scratchpad;  ///< the primitives' own (scratchpad_mode::user), counted as mem "lib"
 };
 
 Library& library() {
@@ -70,6 +73,7 @@ Entry make_entry(const Library& lib, const Key& key, float alpha, float beta) {
   const auto b = operand(key.in, key.tb, key.k, key.n, key.ldb);
   const auto c = operand(key.out, Op::N, key.m, key.n, key.ldc);
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
     dnnl::post_ops ops;
@@ -78,8 +82,9 @@ Entry make_entry(const Library& lib, const Key& key, float alpha, float beta) {
   }
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, lib.engine);
   Entry e{dnnl::matmul(pd), dnnl::memory(a, lib.engine, nullptr), dnnl::memory(b, lib.engine, nullptr),
-          dnnl::memory(c, lib.engine, nullptr), {}};
+          dnnl::memory(c, lib.engine, nullptr), dnnl::memory(pd.scratchpad_desc(), lib.engine, nullptr), {}};
   e.args = {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}};
+  if (e.scratchpad.get_desc().get_size() > 0) e.args.emplace(DNNL_ARG_SCRATCHPAD, e.scratchpad);
   return e;
 }
 
@@ -110,6 +115,8 @@ void run(dt in, Op ta, Op tb, int m, int n, int k, float alpha, const void* A, i
     e.a.set_data_handle(const_cast<void*>(A));
     e.b.set_data_handle(const_cast<void*>(B));
     e.c.set_data_handle(C);
+    if (const std::size_t bytes = e.scratchpad.get_desc().get_size(); bytes > 0)
+      e.scratchpad.set_data_handle(lib.scratchpad.get(bytes));
     e.primitive.execute(lib.stream, e.args);
     lib.stream.wait();
   } catch (const dnnl::error& err) {

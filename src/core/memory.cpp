@@ -14,7 +14,7 @@ namespace tessera::mem {
 namespace {
 
 constexpr auto kCount = static_cast<std::size_t>(Category::count);
-constexpr std::array<std::string_view, kCount> kNames = {"param", "grad", "optim", "act", "comm", "data"};
+constexpr std::array<std::string_view, kCount> kNames = {"param", "grad", "optim", "act", "comm", "data", "lib"};
 
 std::array<std::atomic<std::int64_t>, kCount> g_current{};
 std::array<std::atomic<std::int64_t>, kCount> g_peak{};
@@ -39,19 +39,19 @@ std::size_t category_of(const char* label) {
   return kCount;
 }
 
-void on_allocate(const Kokkos_Profiling_SpaceHandle, const char* label, const void*, std::uint64_t size) {
-  const std::size_t c = category_of(label);
-  if (c == kCount) return;
-  const auto bytes = static_cast<std::int64_t>(size);
+void add(std::size_t c, std::int64_t bytes) {
   raise_peak(g_peak[c], g_current[c].fetch_add(bytes) + bytes);
   raise_peak(g_total_peak, g_total.fetch_add(bytes) + bytes);
 }
 
+void on_allocate(const Kokkos_Profiling_SpaceHandle, const char* label, const void*, std::uint64_t size) {
+  const std::size_t c = category_of(label);
+  if (c != kCount) add(c, static_cast<std::int64_t>(size));
+}
+
 void on_deallocate(const Kokkos_Profiling_SpaceHandle, const char* label, const void*, std::uint64_t size) {
   const std::size_t c = category_of(label);
-  if (c == kCount) return;
-  g_current[c].fetch_sub(static_cast<std::int64_t>(size));
-  g_total.fetch_sub(static_cast<std::int64_t>(size));
+  if (c != kCount) add(c, -static_cast<std::int64_t>(size));
 }
 
 }  // namespace
@@ -67,6 +67,8 @@ void install_tracking() {
 }
 
 bool tracking_installed() { return g_installed.load(); }
+
+void count_external(Category c, std::int64_t bytes) { add(static_cast<std::size_t>(c), bytes); }
 
 std::size_t current(Category c) {
   return static_cast<std::size_t>(std::max<std::int64_t>(0, g_current.at(static_cast<std::size_t>(c)).load()));

@@ -5,14 +5,17 @@
 // per category, on any memory space.
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace tessera::mem {
 
-enum class Category : std::size_t { param, grad, optim, act, comm, data, count };
+/// lib: the working buffers of libraries Tessera calls (oneDNN's scratchpads and the blocked
+/// copies its convolutions reorder into), counted by count_external, not by Kokkos.
+enum class Category : std::size_t { param, grad, optim, act, comm, data, lib, count };
 
-/// "param", "grad", "optim", "act", "comm", "data"
+/// "param", "grad", "optim", "act", "comm", "data", "lib"
 std::string_view name(Category c);
 /// The label of a Kokkos allocation counted under c: "[grad] what".
 std::string label(Category c, std::string_view what);
@@ -20,6 +23,10 @@ std::string label(Category c, std::string_view what);
 /// \brief Registers the allocation callbacks with Kokkos (after Kokkos::initialize). Idempotent.
 void install_tracking();
 bool tracking_installed();
+
+/// \brief Counts bytes allocated (bytes > 0) or freed (< 0) outside Kokkos under c, in the same
+/// current, peak and total figures as Kokkos's allocations.
+void count_external(Category c, std::int64_t bytes);
 
 /// Bytes held now and the most held at once since the program started.
 std::size_t current(Category c);

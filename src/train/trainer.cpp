@@ -715,9 +715,9 @@ void Trainer::log_memory() {
   if (!mem::tracking_installed()) return;
   out_->log(fmt::format("memory per rank (measured peak, rank 0): parameters {:.2f} MB, gradients "
                         "{:.2f} MB, optimizer state {:.2f} MB, activations {:.2f} MB, comm buffers "
-                        "{:.2f} MB, data {:.2f} MB",
+                        "{:.2f} MB, data {:.2f} MB, library buffers {:.2f} MB",
                         mb(Category::param), mb(Category::grad), mb(Category::optim),
-                        mb(Category::act), mb(Category::comm), mb(Category::data)));
+                        mb(Category::act), mb(Category::comm), mb(Category::data), mb(Category::lib)));
 }
 
 ExitCode Trainer::stop() {

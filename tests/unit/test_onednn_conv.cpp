@@ -2,7 +2,8 @@
 // the im2col + GEMM path: forward with bias, backward data, backward weights and bias (which
 // accumulate over calls, as micro-batches need), for channels 1, 3 and 16, odd sizes, batch 1
 // and 3, kernels 1, 3 and 5; rows "valid" over a block with its halo rows in place, inside
-// taller buffers; bad shapes; one primitive per shape; run.conv's choice and its log line.
+// taller buffers; bad shapes; one primitive per shape; run.conv's choice and its log line; the
+// memory counters see the working buffers given to oneDNN (mem category "lib").
 // Without oneDNN the test checks that nothing claims it.
 #include <gtest/gtest.h>
 
@@ -11,8 +12,10 @@
 #include <vector>
 
 #include "blas/conv_library.hpp"
+#include "blas/counted_buffer.hpp"
 #include "blas/gemm.hpp"
 #include "blas/onednn_conv.hpp"
+#include "core/memory.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/conv2d.hpp"
 
@@ -203,6 +206,35 @@ TEST_F(OnednnConv, PrimitivesAreCachedAndBadShapesThrow) {
   Conv2dShape empty = s;
   empty.batch = 0;  // nothing to do, nothing written
   EXPECT_NO_THROW(blas::onednn::conv_forward(empty, nullptr, c.w.data(), nullptr, nullptr));
+}
+
+TEST(CountedBuffer, GrowsOnlyAndIsCountedUnderLib) {
+  const std::size_t before = mem::current(mem::Category::lib);
+  {
+    blas::CountedBuffer b;
+    EXPECT_EQ(b.get(0), nullptr);
+    void* p = b.get(100);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(b.bytes(), 128u);  // 64-byte multiples
+    EXPECT_EQ(mem::current(mem::Category::lib), before + 128);
+    EXPECT_EQ(b.get(50), p);  // no shrink, no new allocation
+    b.get(1000);
+    EXPECT_EQ(mem::current(mem::Category::lib), before + 1024);
+    EXPECT_GE(mem::peak(mem::Category::lib), before + 1024);
+  }
+  EXPECT_EQ(mem::current(mem::Category::lib), before);
+}
+
+TEST_F(OnednnConv, WorkingBuffersAreCounted) {
+  // 16 input channels at 40 x 40: oneDNN computes in a blocked layout (nChw16c or 8c), so the
+  // input is reordered into a buffer at least as large as the caller's, which the counters see.
+  const Conv2dShape s = Conv2dShape::same(4, 16, 32, 40, 40, 3);
+  const Case c = make_case(s, 61);
+  std::vector<float> y(c.dy.size()), dw(c.w.size()), db(c.b.size());
+  blas::onednn::conv_forward(s, c.x.data(), c.w.data(), c.b.data(), y.data());
+  blas::onednn::conv_backward_weights(s, c.x.data(), c.dy.data(), dw.data(), db.data());
+  EXPECT_GE(mem::current(mem::Category::lib), c.x.size() * sizeof(float));
+  EXPECT_GE(mem::peak_total(), mem::current(mem::Category::lib));
 }
 
 TEST_F(OnednnConv, RunConvChoosesAndLogs) {
