@@ -62,39 +62,36 @@ void col2im(const ExecSpace& exec, const ConvShape& s, const T* dcol, T* dx, Ind
 template <class T>
 void maxpool2_forward(const ExecSpace& exec, Index batch, Index channels, Index H, Index W, const T* x,
                       T* y, std::int32_t* arg) {
-  const Index h = H / 2, w = W / 2, out = channels * h * w, img = channels * H * W;
-  Kokkos::parallel_for(
-      "tessera::maxpool2_forward", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * out),
-      KOKKOS_LAMBDA(const Index i) {
-        const Index b = i / out, o = i % out, c = o / (h * w), oy = (o / w) % h, ox = o % w;
-        Index best = (c * H + 2 * oy) * W + 2 * ox;
-        for (Index dy = 0; dy < 2; ++dy)
-          for (Index dx = 0; dx < 2; ++dx) {
-            const Index j = (c * H + 2 * oy + dy) * W + 2 * ox + dx;
-            if (x[b * img + j] > x[b * img + best]) best = j;
-          }
-        y[i] = x[b * img + best];
-        arg[i] = std::int32_t(best);
-      });
+  const Index h = H / 2, w = W / 2, img = channels * H * W;
+  // One output row oy of channel c of sample b per r (r = (b C + c) h + oy); ox along it.
+  for_rows("tessera::maxpool2_forward", exec, batch * channels * h, w, KOKKOS_LAMBDA(const Index r, const Index ox) {
+    const Index b = r / (channels * h), c = (r / h) % channels, oy = r % h, i = r * w + ox;
+    Index best = (c * H + 2 * oy) * W + 2 * ox;
+    for (Index dy = 0; dy < 2; ++dy)
+      for (Index dx = 0; dx < 2; ++dx) {
+        const Index j = (c * H + 2 * oy + dy) * W + 2 * ox + dx;
+        if (x[b * img + j] > x[b * img + best]) best = j;
+      }
+    y[i] = x[b * img + best];
+    arg[i] = std::int32_t(best);
+  });
 }
 
 /// \brief dx (B, C*H*W) (overwritten) from dy of maxpool2_forward and its argmax.
 template <class T>
 void maxpool2_backward(const ExecSpace& exec, Index batch, Index channels, Index H, Index W, const T* dy,
                        const std::int32_t* arg, T* dx) {
-  const Index h = H / 2, w = W / 2, out = channels * h * w, img = channels * H * W;
-  Kokkos::parallel_for(
-      "tessera::maxpool2_backward", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, batch * out),
-      KOKKOS_LAMBDA(const Index i) {
-        const Index b = i / out, o = i % out, c = o / (h * w), oy = (o / w) % h, ox = o % w;
-        // This output's window, zero but for its maximum (windows do not overlap; inputs in
-        // no window, the odd trailing ones, are zeroed by the caller).
-        for (Index ry = 0; ry < 2; ++ry)
-          for (Index rx = 0; rx < 2; ++rx) {
-            const Index j = (c * H + 2 * oy + ry) * W + 2 * ox + rx;
-            dx[b * img + j] = j == Index(arg[i]) ? dy[i] : T(0);
-          }
-      });
+  const Index h = H / 2, w = W / 2, img = channels * H * W;
+  for_rows("tessera::maxpool2_backward", exec, batch * channels * h, w, KOKKOS_LAMBDA(const Index r, const Index ox) {
+    const Index b = r / (channels * h), c = (r / h) % channels, oy = r % h, i = r * w + ox;
+    // This output's window, zero but for its maximum (windows do not overlap; inputs in
+    // no window, the odd trailing ones, are zeroed by the caller).
+    for (Index ry = 0; ry < 2; ++ry)
+      for (Index rx = 0; rx < 2; ++rx) {
+        const Index j = (c * H + 2 * oy + ry) * W + 2 * ox + rx;
+        dx[b * img + j] = j == Index(arg[i]) ? dy[i] : T(0);
+      }
+  });
 }
 
 }  // namespace tessera::kernels
