@@ -95,16 +95,7 @@ void gelu_forward_saving_derivative(const ExecSpace& exec, const BView& b, const
     stored(y(i, j)) = yij;
     d(i, j) = dij;
   };
-  if constexpr (rows_on_host<DView>()) {
-    const Index cols = Index(d.extent(1));
-    Kokkos::parallel_for("tessera::gelu_forward_saving_derivative", range(exec, Index(d.extent(0))),
-                         KOKKOS_LAMBDA(const Index i) {
-                           TESSERA_SIMD
-                           for (Index j = 0; j < cols; ++j) element(i, j);
-                         });
-  } else {
-    Kokkos::parallel_for("tessera::gelu_forward_saving_derivative", rows_cols(exec, d), element);
-  }
+  for_rows("tessera::gelu_forward_saving_derivative", exec, Index(d.extent(0)), Index(d.extent(1)), element);
 }
 
 /// \brief dz = dy * d with d = gelu'(z + b) from gelu_forward_saving_derivative, and db += the

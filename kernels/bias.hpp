@@ -9,48 +9,23 @@ namespace tessera::kernels {
 /// \brief Every row of y becomes b.  b (N), y (B,N).
 template <class BView, class YView>
 void bias_broadcast(const ExecSpace& exec, const BView& b, const YView& y) {
-  if constexpr (rows_on_host<YView>()) {
-    const Index cols = Index(y.extent(1));
-    Kokkos::parallel_for("tessera::bias_broadcast", range(exec, Index(y.extent(0))), KOKKOS_LAMBDA(const Index i) {
-      TESSERA_SIMD
-      for (Index j = 0; j < cols; ++j) y(i, j) = b(j);
-    });
-  } else {
-    Kokkos::parallel_for("tessera::bias_broadcast", rows_cols(exec, y),
-                         KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) = b(j); });
-  }
+  for_rows("tessera::bias_broadcast", exec, Index(y.extent(0)), Index(y.extent(1)),
+           KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) = b(j); });
 }
 
 /// \brief Adds b to every row of y.  b (N), y (B,N).
 template <class BView, class YView>
 void bias_add(const ExecSpace& exec, const BView& b, const YView& y) {
-  if constexpr (rows_on_host<YView>()) {
-    const Index cols = Index(y.extent(1));
-    Kokkos::parallel_for("tessera::bias_add", range(exec, Index(y.extent(0))), KOKKOS_LAMBDA(const Index i) {
-      TESSERA_SIMD
-      for (Index j = 0; j < cols; ++j) y(i, j) += b(j);
-    });
-  } else {
-    Kokkos::parallel_for("tessera::bias_add", rows_cols(exec, y),
-                         KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j); });
-  }
+  for_rows("tessera::bias_add", exec, Index(y.extent(0)), Index(y.extent(1)),
+           KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j); });
 }
 
 /// \brief y += b + r: a row-parallel layer's bias and the residual stream added to its
 /// (tensor-summed) product in one pass.  b (N), r (B,N), y (B,N).
 template <class BView, class RView, class YView>
 void bias_residual_add(const ExecSpace& exec, const BView& b, const RView& r, const YView& y) {
-  if constexpr (rows_on_host<YView>()) {
-    const Index cols = Index(y.extent(1));
-    Kokkos::parallel_for("tessera::bias_residual_add", range(exec, Index(y.extent(0))),
-                         KOKKOS_LAMBDA(const Index i) {
-                           TESSERA_SIMD
-                           for (Index j = 0; j < cols; ++j) y(i, j) += b(j) + r(i, j);
-                         });
-  } else {
-    Kokkos::parallel_for("tessera::bias_residual_add", rows_cols(exec, y),
-                         KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j) + r(i, j); });
-  }
+  for_rows("tessera::bias_residual_add", exec, Index(y.extent(0)), Index(y.extent(1)),
+           KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j) + r(i, j); });
 }
 
 /// \brief db += column sums of dy (accumulates, for micro-batches).  dy (B,N), db (N).

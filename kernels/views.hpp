@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/simd.hpp"
+
 namespace tessera {
 
 using ExecSpace = Kokkos::DefaultExecutionSpace;
@@ -33,34 +35,24 @@ inline Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>> range(const Exec
   return Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n);
 }
 
-/// 2-D policy over (rows, cols) of y: no integer division per element (a flat range with
-/// idx / N, idx % N measured slower on the host), coalesced over columns on GPUs.
-template <class YView>
-Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>> rows_cols(
-    const ExecSpace& exec, const YView& y) {
-  return Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(
-      exec, {0, 0}, {Index(y.extent(0)), Index(y.extent(1))});
-}
-
-/// Host memory: one thread per row with a vectorisable loop over the columns (an MDRange tiles
-/// and does not vectorise); a GPU: one thread per element.
-template <class YView>
-constexpr bool rows_on_host() {
-  return Kokkos::SpaceAccessibility<HostSpace, typename YView::memory_space>::accessible;
-}
-
-/// \brief f(r, e) for every r < rows and e < cols, the kernels' way through planes and rows of
-/// raw buffers: on host memory one thread per r with a contiguous loop over e (vectorisable, no
-/// integer division per element: the U-Net's copies and up-sampling scatter spent more time
-/// dividing than moving), on a GPU one thread per element (neighbouring threads, neighbouring e).
+/// \brief f(r, e) for every r < rows and e < cols: how the element-wise kernels walk rows (of a
+/// matrix, or of the planes of raw buffers). Host memory: one thread per r with a contiguous,
+/// vectorisable loop over e (an MDRange tiles and does not vectorise, and a flat range pays an
+/// integer division per element: the U-Net's copies and up-sampling spent more time dividing than
+/// moving). A GPU: a 2-D range, one thread per element, coalesced over e. f must carry no
+/// dependence from one e to the next (the host loop is marked simd).
 template <class F>
 void for_rows(const char* name, const ExecSpace& exec, Index rows, Index cols, const F& f) {
   if constexpr (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
     Kokkos::parallel_for(name, range(exec, rows), KOKKOS_LAMBDA(const Index r) {
+      TESSERA_SIMD
       for (Index e = 0; e < cols; ++e) f(r, e);
     });
   } else {
-    Kokkos::parallel_for(name, range(exec, rows * cols), KOKKOS_LAMBDA(const Index i) { f(i / cols, i % cols); });
+    Kokkos::parallel_for(name,
+                         Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(
+                             exec, {0, 0}, {rows, cols}),
+                         f);
   }
 }
 
