@@ -1,6 +1,7 @@
 #pragma once
 // Bias of a linear layer: broadcast into the rows of the output, and its gradient, the column
 // sums of the output gradient.
+#include "kernels/precision.hpp"
 #include "kernels/simd.hpp"
 #include "kernels/views.hpp"
 
@@ -28,7 +29,8 @@ void bias_residual_add(const ExecSpace& exec, const BView& b, const RView& r, co
            KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j) + r(i, j); });
 }
 
-/// \brief db += column sums of dy (accumulates, for micro-batches).  dy (B,N), db (N).
+/// \brief db += column sums of dy (accumulates, for micro-batches).  dy (B,N), db (N); dy may be
+/// a bf16 buffer (std::uint16_t bit patterns), summed as its float values.
 /// One thread per block of column_block() columns, a loop over the rows: no atomics, and each
 /// column's summation order is fixed (row by row).
 template <class DyView, class DbView>
@@ -43,7 +45,7 @@ void bias_backward(const ExecSpace& exec, const DyView& dy, const DbView& db) {
                          T sum[column_block_max] = {};
                          for (Index i = 0; i < rows; ++i) {
                            TESSERA_SIMD
-                           for (Index k = 0; k < n; ++k) sum[k] += dy(i, j0 + k);
+                           for (Index k = 0; k < n; ++k) sum[k] += loaded(dy(i, j0 + k));
                          }
                          for (Index k = 0; k < n; ++k) db(j0 + k) += sum[k];
                        });

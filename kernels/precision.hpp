@@ -132,6 +132,23 @@ KOKKOS_INLINE_FUNCTION T& stored(T& element) {
 }
 KOKKOS_INLINE_FUNCTION Bf16Ref stored(std::uint16_t& element) { return Bf16Ref{element}; }
 
+/// \brief What a kernel reads of an element: the element itself, or for a bf16 buffer
+/// (std::uint16_t bit patterns) its float value; stored()'s counterpart, so one kernel reads fp32
+/// or bf16 inputs: `loaded(x(i, j))`.
+template <class T>
+KOKKOS_INLINE_FUNCTION T loaded(T element) {
+  return element;
+}
+KOKKOS_INLINE_FUNCTION float loaded(std::uint16_t element) { return from_bf16_bits(element); }
+
+/// \brief y = x rounded to bf16 (bit patterns, ties to even).  x (B,N) float, y (B,N)
+/// std::uint16_t; rows may be strided.
+template <class XView, class YView>
+void to_bf16(const ExecSpace& exec, const XView& x, const YView& y) {
+  for_rows("tessera::to_bf16", exec, Index(y.extent(0)), Index(y.extent(1)),
+           KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) = to_bf16_bits(x(i, j)); });
+}
+
 /// round_bf16 and round_fp16 as function objects, for kernels templated on the rounding.
 struct RoundBf16 {
   KOKKOS_INLINE_FUNCTION float operator()(float x) const { return round_bf16(x); }

@@ -81,6 +81,15 @@ bool bf16_operands();
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
           const Operand& B, float beta, float* C, int ldc);
 
+/// \brief The products C_oi = alpha op(A_oi) op(B_oi) of a Batch (blas/op.hpp: two nested
+/// indices, each operand's strides) on bf16 operands, summed in fp32 and stored in bf16 (ties to
+/// even; C overwritten): what the float gemm under bf16 computes and rounds, item by item, in
+/// one call where oneDNN multiplies (one primitive for the batch: the attention's per-head
+/// products), else one bf16 GEMM per item. Needs bf16_operands() (else std::logic_error);
+/// per item the float gemm's arguments and checks; counts >= 0 (std::invalid_argument).
+void gemm_batched(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A,
+                  int lda, const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc, const Batch& batch);
+
 /// \brief A float GEMM in fp32 whatever set_matmul_precision() says.
 void gemm_fp32(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
                int lda, const float* B, int ldb, float beta, float* C, int ldc);

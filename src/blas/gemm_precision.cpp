@@ -252,6 +252,41 @@ void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha,
 #endif
 }
 
+void gemm_batched(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A,
+                  int lda, const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc, const Batch& batch) {
+  if (!bf16_operands())
+    throw std::logic_error("tessera::blas::gemm_batched: bf16 operands without a bf16 GEMM (blas::bf16_operands())");
+  cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (batch.outer < 0 || batch.inner < 0)
+    throw std::invalid_argument("tessera::blas::gemm_batched: batch counts " + std::to_string(batch.outer) + " x " +
+                                std::to_string(batch.inner));
+#if !defined(TESSERA_GEMM_CUBLAS)
+  exec.fence();  // the operands' producers are done: the host library reads them
+  const cblas::SbgemmFn sbgemm = bf16_gemm();
+  if (sbgemm == &onednn::gemm_bf16) {
+    onednn::gemm_batched_bf16(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, batch);
+    return;
+  }
+  // Another bf16 GEMM (cblas::set_sbgemm): each item into fp32 scratch, rounded into C.
+  if (m == 0 || n == 0) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.hooked) {
+    Kokkos::push_finalize_hook([] { state().release(); });
+    s.hooked = true;
+  }
+  float* item = s.a32.reserve(exec, Index(m) * Index(n));
+  for (int o = 0; o < batch.outer; ++o)
+    for (int i = 0; i < batch.inner; ++i) {
+      sbgemm(ta, tb, m, n, k, alpha, A + o * batch.a[0] + i * batch.a[1], lda, B + o * batch.b[0] + i * batch.b[1],
+             ldb, 0.0f, item, n);
+      std::uint16_t* c = C + o * batch.c[0] + i * batch.c[1];
+      for (int r = 0; r < m; ++r)
+        for (int j = 0; j < n; ++j) c[std::int64_t{r} * ldc + j] = kernels::to_bf16_bits(item[std::int64_t{r} * n + j]);
+    }
+#endif
+}
+
 const char* lowp_path(Precision p) {
 #if defined(TESSERA_GEMM_CUBLAS)
   switch (p) {

@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -21,14 +23,19 @@ namespace {
 using dt = dnnl::memory::data_type;
 
 /// Everything that makes a primitive different: a product of another shape, layout, scale,
-/// element type or thread count gets its own.
+/// element type, batch or thread count gets its own. batched false: one 2-D product.
 struct Key {
   dt in, out;
   Op ta, tb;
   int m, n, k, lda, ldb, ldc;
   std::uint32_t alpha, beta;  // bit patterns
   int threads;
-  auto tie() const { return std::tie(in, out, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, threads); }
+  bool batched = false;
+  int outer = 1, inner = 1;
+  std::array<std::int64_t, 6> strides{};  // A's, B's and C's (outer, inner)
+  auto tie() const {
+    return std::tie(in, out, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, threads, batched, outer, inner, strides);
+  }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -68,10 +75,23 @@ dnnl::memory::desc operand(dt type, Op op, int rows, int cols, int ld) {
   return dnnl::memory::desc({rows, cols}, type, strides);
 }
 
+/// The same for operand `which` (0 A, 1 B, 2 C) of the key: 4-D (outer, inner, rows, cols) at the
+/// batch's strides where the key is a batch.
+dnnl::memory::desc operand(const Key& key, int which, dt type, Op op, int rows, int cols, int ld) {
+  if (!key.batched) return operand(type, op, rows, cols, ld);
+  // A count of 1 gets stride 1 (any stride describes one item; oneDNN checks them all).
+  const auto stride = [&](int index, int count) {
+    return count > 1 ? key.strides[std::size_t(2 * which + index)] : std::int64_t{1};
+  };
+  const dnnl::memory::dims strides = {stride(0, key.outer), stride(1, key.inner), op == Op::N ? ld : 1,
+                                      op == Op::N ? 1 : ld};
+  return dnnl::memory::desc({key.outer, key.inner, rows, cols}, type, strides);
+}
+
 Entry make_entry(const Library& lib, const Key& key, float alpha, float beta) {
-  const auto a = operand(key.in, key.ta, key.m, key.k, key.lda);
-  const auto b = operand(key.in, key.tb, key.k, key.n, key.ldb);
-  const auto c = operand(key.out, Op::N, key.m, key.n, key.ldc);
+  const auto a = operand(key, 0, key.in, key.ta, key.m, key.k, key.lda);
+  const auto b = operand(key, 1, key.in, key.tb, key.k, key.n, key.ldb);
+  const auto c = operand(key, 2, key.out, Op::N, key.m, key.n, key.ldc);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -94,17 +114,10 @@ void scale_only(int m, int n, float beta, float* C, int ldc) {
     for (int j = 0; j < n; ++j) C[std::size_t(i) * ldc + j] = beta == 0.0f ? 0.0f : beta * C[std::size_t(i) * ldc + j];
 }
 
-void run(dt in, Op ta, Op tb, int m, int n, int k, float alpha, const void* A, int lda, const void* B, int ldb,
-         float beta, float* C, int ldc) {
-  cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    scale_only(m, n, beta, C, ldc);
-    return;
-  }
+/// Runs the product (or batch) of key on A, B and C: its cached primitive, made at the first call.
+/// Called with the library's mutex held.
+void execute(const Key& key, float alpha, float beta, const void* A, const void* B, void* C) {
   Library& lib = library();
-  std::lock_guard<std::mutex> lock(lib.mutex);
-  const Key key{in, dt::f32, ta, tb, m, n, k, lda, ldb, ldc, bits(alpha), bits(beta), threads_now};
   try {
     auto it = lib.cache.find(key);
     if (it == lib.cache.end()) {
@@ -121,9 +134,23 @@ void run(dt in, Op ta, Op tb, int m, int n, int k, float alpha, const void* A, i
     lib.stream.wait();
   } catch (const dnnl::error& err) {
     throw std::runtime_error(std::string("tessera::blas::onednn::gemm: oneDNN failed (") + err.what() + ") on a " +
-                             (in == dt::bf16 ? "bf16" : "fp32") + " product m=" + std::to_string(m) +
-                             " n=" + std::to_string(n) + " k=" + std::to_string(k));
+                             (key.in == dt::bf16 ? "bf16" : "fp32") + (key.batched ? " batched" : "") +
+                             " product m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) +
+                             " k=" + std::to_string(key.k));
   }
+}
+
+void run(dt in, Op ta, Op tb, int m, int n, int k, float alpha, const void* A, int lda, const void* B, int ldb,
+         float beta, float* C, int ldc) {
+  cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    scale_only(m, n, beta, C, ldc);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(library().mutex);
+  execute(Key{in, dt::f32, ta, tb, m, n, k, lda, ldb, ldc, bits(alpha), bits(beta), threads_now}, alpha, beta, A,
+          B, C);
 }
 
 }  // namespace
@@ -165,6 +192,31 @@ void gemm(Op ta, Op tb, int m, int n, int k, float alpha, const float* A, int ld
 void gemm_bf16(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A, int lda,
                const std::uint16_t* B, int ldb, float beta, float* C, int ldc) {
   run(dt::bf16, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_batched_bf16(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A, int lda,
+                       const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc, const Batch& batch) {
+  cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (batch.outer < 0 || batch.inner < 0)
+    throw std::invalid_argument("tessera::blas::onednn::gemm_batched_bf16: batch counts " +
+                                std::to_string(batch.outer) + " x " + std::to_string(batch.inner));
+  if (m == 0 || n == 0 || batch.outer == 0 || batch.inner == 0) return;
+  if (k == 0) {  // no product to run: every item is zero
+    for (int o = 0; o < batch.outer; ++o)
+      for (int i = 0; i < batch.inner; ++i)
+        for (int r = 0; r < m; ++r) {
+          std::uint16_t* row = C + o * batch.c[0] + i * batch.c[1] + std::int64_t{r} * ldc;
+          std::fill(row, row + n, std::uint16_t{0});
+        }
+    return;
+  }
+  Key key{dt::bf16, dt::bf16, ta, tb, m, n, k, lda, ldb, ldc, bits(alpha), bits(0.0f), threads_now};
+  key.batched = true;
+  key.outer = batch.outer;
+  key.inner = batch.inner;
+  key.strides = {batch.a[0], batch.a[1], batch.b[0], batch.b[1], batch.c[0], batch.c[1]};
+  std::lock_guard<std::mutex> lock(library().mutex);
+  execute(key, alpha, 0.0f, A, B, C);
 }
 
 std::string implementation(bool bf16) {

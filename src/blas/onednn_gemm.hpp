@@ -40,6 +40,12 @@ void gemm(Op ta, Op tb, int m, int n, int k, float alpha, const float* A, int ld
 void gemm_bf16(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A, int lda,
                const std::uint16_t* B, int ldb, float beta, float* C, int ldc);
 
+/// \brief The products C_oi = alpha op(A_oi) op(B_oi) of a Batch (blas/op.hpp) in one primitive:
+/// bf16 A and B, fp32 sums, C stored in bf16 (ties to even) and overwritten; per item the
+/// arguments of gemm_bf16 (checked the same way); the batch's counts >= 0.
+void gemm_batched_bf16(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A, int lda,
+                       const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc, const Batch& batch);
+
 /// \brief The implementation oneDNN chose for a representative product (1024 x 256 by 256 x
 /// 768) in fp32 (bf16 = false) or bf16, e.g. "brg:avx512_core_bf16"; "none" without oneDNN.
 std::string implementation(bool bf16);

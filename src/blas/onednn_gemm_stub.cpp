@@ -22,6 +22,10 @@ void gemm_bf16(Op, Op, int, int, int, float, const std::uint16_t*, int, const st
                int) {
   absent();
 }
+void gemm_batched_bf16(Op, Op, int, int, int, float, const std::uint16_t*, int, const std::uint16_t*, int,
+                       std::uint16_t*, int, const Batch&) {
+  absent();
+}
 std::string implementation(bool) { return "none"; }
 void set_threads(int) {}
 std::size_t cache_size() { return 0; }

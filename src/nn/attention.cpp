@@ -1,5 +1,6 @@
 #include "nn/attention.hpp"
 
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <type_traits>
@@ -32,8 +33,8 @@ Dims dims_of(const MatrixU<const T>& qkv, const AttentionScores<T>& att) {
   return dims_of(Index(qkv.extent(0)), Index(qkv.extent(1)) / 3, att);
 }
 
-/// Where the products find head h of sample b's q (part 0), k (1) or v (2): the fused (B*T, 3C)
-/// matrix, rows of 3C ...
+/// Where the products find head h of sample b's q (part 0), k (1) or v (2) in the fused (B*T, 3C)
+/// matrix, rows of 3C.
 template <class T>
 struct FusedQkv {
   const T* base;
@@ -41,29 +42,6 @@ struct FusedQkv {
   const T* part(Index b, int p, Index h) const { return base + b * d.seq * 3 * d.channels + p * d.channels + h * d.hd; }
   int ld() const { return int(3 * d.channels); }
 };
-/// ... or bf16_qkv()'s head blocks, rows of hd.
-struct HeadBlocksBf16 {
-  const std::uint16_t* base;
-  Dims d;
-  const std::uint16_t* part(Index b, int p, Index h) const {
-    return base + ((b * 3 + p) * d.heads + h) * d.seq * d.hd;
-  }
-  int ld() const { return int(d.hd); }
-};
-
-blas::Operand operand(const float* x, int ld) { return {x, nullptr, ld}; }
-blas::Operand operand(const std::uint16_t* x, int ld) { return {nullptr, x, ld}; }
-
-/// C = alpha op(A) op(B) + beta C: the float GEMM, or with a bf16 operand the one for those.
-template <class T, class A, class B>
-void product(const ExecSpace& exec, blas::Op ta, blas::Op tb, int m, int n, int k, T alpha, const A* a, int lda,
-             const B* b, int ldb, T beta, T* c, int ldc) {
-  if constexpr (std::is_same_v<A, T> && std::is_same_v<B, T>)
-    blas::gemm(exec, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  else
-    blas::gemm(exec, ta, tb, m, n, k, alpha, operand(a, lda), operand(b, ldb), beta, c, ldc);
-}
-
 // Causal products in blocks of `bs` rows (queries) or columns (keys), each only as long as the
 // mask lets it be: Q K^T, P V and their query-side gradients take rows [r0, r1) against keys
 // [0, r1); dV and dK take keys [c0, c1) against queries [c0, T). With 4 blocks that is 5/8 of the
@@ -76,7 +54,7 @@ int causal_block(int seq) { return seq >= 64 ? 32 : seq; }
 
 namespace {
 
-/// attention_forward on q, k and v from src (FusedQkv or HeadBlocksBf16).
+/// attention_forward on q, k and v from src.
 template <class T, class Src>
 void forward_from(const ExecSpace& exec, const Src& src, const MatrixU<T>& y, const AttentionScores<T>& att) {
   const Dims d = src.d;
@@ -89,7 +67,7 @@ void forward_from(const ExecSpace& exec, const Src& src, const MatrixU<T>& y, co
       T* s = att.data() + (b * d.heads + h) * d.seq * d.seq;
       for (int r0 = 0; r0 < seq; r0 += bs) {  // S = scale Q K^T, rows [r0, r1) against keys [0, r1)
         const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        product(exec, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, scale, q + r0 * lq, lq, k, lq, T(0), s + r0 * seq,
+        blas::gemm(exec, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, scale, q + r0 * lq, lq, k, lq, T(0), s + r0 * seq,
                 seq);
       }
     }
@@ -123,7 +101,7 @@ void forward_from(const ExecSpace& exec, const Src& src, const MatrixU<T>& y, co
       T* yb = y.data() + b * d.seq * ldy + h * d.hd;
       for (int r0 = 0; r0 < seq; r0 += bs) {  // Y = P V: rows [r0, r1) of P are zero from column r1 on
         const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        product(exec, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, T(1), p + r0 * seq, seq, v, lq, T(0),
+        blas::gemm(exec, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, T(1), p + r0 * seq, seq, v, lq, T(0),
                 yb + r0 * ldy, ldy);
       }
     }
@@ -148,7 +126,7 @@ void backward_from(const ExecSpace& exec, const Src& src, const AttentionScores<
       T* dv = dqkv.data() + off + 2 * d.channels;
       for (int r0 = 0; r0 < seq; r0 += bs) {  // dP = dY V^T, where P is not masked
         const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        product(exec, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, T(1), dyb + r0 * ldy, ldy, v, lq, T(0),
+        blas::gemm(exec, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, T(1), dyb + r0 * ldy, ldy, v, lq, T(0),
                 dp + r0 * seq, seq);
       }
       for (int c0 = 0; c0 < seq; c0 += bs) {  // dV = P^T dY: keys [c0, c1) are seen by queries [c0, T)
@@ -185,12 +163,12 @@ void backward_from(const ExecSpace& exec, const Src& src, const AttentionScores<
       T* dk = dq + d.channels;
       for (int r0 = 0; r0 < seq; r0 += bs) {  // dQ = scale dS K
         const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        product(exec, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, scale, ds + r0 * seq, seq, k, lq, T(0),
+        blas::gemm(exec, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, scale, ds + r0 * seq, seq, k, lq, T(0),
                 dq + r0 * ld, ld);
       }
       for (int c0 = 0; c0 < seq; c0 += bs) {  // dK = scale dS^T Q
         const int c1 = c0 + bs < seq ? c0 + bs : seq;
-        product(exec, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, scale, ds + c0 * seq + c0, seq, q + c0 * lq,
+        blas::gemm(exec, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, scale, ds + c0 * seq + c0, seq, q + c0 * lq,
                 lq, T(0), dk + c0 * ld, ld);
       }
     }
@@ -211,6 +189,87 @@ void attention_backward(const ExecSpace& exec, const MatrixU<const T>& qkv,
   backward_from(exec, FusedQkv<T>{qkv.data(), dims_of(qkv, att)}, att, dy, dqkv, dscores);
 }
 
+namespace {
+
+/// Where the batched products of the bf16 attention find their operands: item (b, h) of each
+/// (the Batch's outer and inner index) and the strides between items.
+struct Bf16Layout {
+  Dims d;
+  std::int64_t ldy, ldq;  // row strides of y / dy (B*T, C) and dqkv (B*T, 3C)
+
+  blas::Batch batch(std::array<std::int64_t, 2> a, std::array<std::int64_t, 2> b,
+                    std::array<std::int64_t, 2> c) const {
+    return blas::Batch{int(d.batch), int(d.heads), {a[0], a[1]}, {b[0], b[1]}, {c[0], c[1]}};
+  }
+  /// qkv_to_bf16's head blocks (T x hd, rows of hd): part p of item (b, h) at ((b*3 + p)*H + h)*T*hd.
+  std::array<std::int64_t, 2> heads() const { return {3 * d.heads * d.seq * d.hd, d.seq * d.hd}; }
+  std::int64_t part(int p) const { return std::int64_t{p} * d.heads * d.seq * d.hd; }
+  /// The (B, H, T, T) scores and probabilities.
+  std::array<std::int64_t, 2> scores() const { return {d.heads * d.seq * d.seq, d.seq * d.seq}; }
+  /// y and dy: head h of sample b at b*T*ldy + h*hd.
+  std::array<std::int64_t, 2> rows_y() const { return {d.seq * ldy, d.hd}; }
+  /// dqkv: the same in rows of 3C.
+  std::array<std::int64_t, 2> rows_q() const { return {d.seq * ldq, d.hd}; }
+};
+
+/// Where the bf16 softmax of row i (of n keys) stops: the causal length i + 1 rounded up to whole
+/// chunks of 16, or n. The entries past i that it reads were computed by the products of i's
+/// causal block (a multiple of 16 long, or n), and are masked out.
+KOKKOS_INLINE_FUNCTION Index masked_end(Index i, Index n) {
+  const Index end = (i + 16) / 16 * 16;
+  return end < n ? end : n;
+}
+
+// f(j) for j in [0, end) as chunks of 16 lanes, each a fixed-length loop that the compiler turns
+// into whole vectors of floats (a loop over 16-bit data to an end it cannot see runs 32 lanes with
+// scalar tails, which cost more than the vectors in rows this short), then the rest one by one.
+// The sum and the maximum keep one partial per lane, combined at the end in lane order.
+constexpr int lanes = 16;
+
+template <class F>
+KOKKOS_INLINE_FUNCTION void each_in_chunks(Index end, const F& f) {
+  const Index full = end / lanes * lanes;
+  for (Index c = 0; c < full; c += lanes) {
+    TESSERA_SIMD
+    for (int k = 0; k < lanes; ++k) f(c + k);
+  }
+  for (Index j = full; j < end; ++j) f(j);
+}
+
+template <class F>
+KOKKOS_INLINE_FUNCTION float sum_in_chunks(Index end, const F& f) {
+  float part[lanes] = {};
+  const Index full = end / lanes * lanes;
+  for (Index c = 0; c < full; c += lanes) {
+    TESSERA_SIMD
+    for (int k = 0; k < lanes; ++k) part[k] += f(c + k);
+  }
+  float sum = 0.0f;
+  for (Index j = full; j < end; ++j) sum += f(j);
+  for (int k = 0; k < lanes; ++k) sum += part[k];
+  return sum;
+}
+
+template <class F>
+KOKKOS_INLINE_FUNCTION float max_in_chunks(Index end, float lowest, const F& f) {
+  float part[lanes];
+  for (int k = 0; k < lanes; ++k) part[k] = lowest;
+  const Index full = end / lanes * lanes;
+  for (Index c = 0; c < full; c += lanes) {
+    TESSERA_SIMD
+    for (int k = 0; k < lanes; ++k) {
+      const float v = f(c + k);
+      part[k] = v > part[k] ? v : part[k];
+    }
+  }
+  float m = lowest;
+  for (Index j = full; j < end; ++j) m = f(j) > m ? f(j) : m;
+  for (int k = 0; k < lanes; ++k) m = part[k] > m ? part[k] : m;
+  return m;
+}
+
+}  // namespace
+
 void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const float>& qkv, int heads, int seq, std::uint16_t* out) {
   const Index rows = Index(qkv.extent(0)), c = Index(qkv.extent(1)) / 3, H = heads, T = seq;
   if (H < 1 || T < 1 || Index(qkv.extent(1)) != 3 * c || c % H != 0 || rows % T != 0)
@@ -229,16 +288,97 @@ void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const float>& qkv, int hea
       });
 }
 
-void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const MatrixU<float>& y,
-                            const AttentionScores<float>& att) {
-  forward_from(exec, HeadBlocksBf16{qkv16, dims_of(Index(y.extent(0)), Index(y.extent(1)), att)}, y, att);
+void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const MatrixU<std::uint16_t>& y16,
+                            const AttentionScores<std::uint16_t>& att16) {
+  const Bf16Layout l{dims_of(Index(y16.extent(0)), Index(y16.extent(1)), att16), std::int64_t(y16.stride_0()), 0};
+  const int seq = int(l.d.seq), hd = int(l.d.hd), bs = causal_block(seq), ldy = int(l.ldy);
+  const float scale = 1.0f / math::sqrt(float(hd));
+  std::uint16_t* s = att16.data();
+  for (int r0 = 0; r0 < seq; r0 += bs) {  // S = scale Q K^T, rows [r0, r1) against keys [0, r1)
+    const int r1 = r0 + bs < seq ? r0 + bs : seq;
+    blas::gemm_batched(exec, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, scale, qkv16 + l.part(0) + r0 * hd, hd,
+                       qkv16 + l.part(1), hd, s + r0 * seq, seq, l.batch(l.heads(), l.heads(), l.scores()));
+  }
+  // Causal softmax of every row in place, fp32 arithmetic on the bf16 scores; zero above the
+  // diagonal. The exponentials are computed twice (for the sum, then for the output) so that
+  // each probability is rounded to bf16 once.
+  const Index rows = l.d.batch * l.d.heads * l.d.seq, n = l.d.seq;
+  Kokkos::parallel_for(
+      "tessera::nn::attention_forward_bf16::softmax", range(exec, rows), KOKKOS_LAMBDA(const Index r) {
+        std::uint16_t* p = s + r * n;
+        const Index i = r % n, end = masked_end(i, n);
+        // keep: 1 on and below the diagonal, 0 past it. Past the diagonal the exponent is clamped
+        // to <= 0 (a no-op below it, where m is the maximum), so masked entries stay finite.
+        const float lowest = -3.4028235e38f;
+        const float m = max_in_chunks(end, lowest, [&](Index j) {
+          const float keep = float(j <= i);
+          return kernels::from_bf16_bits(p[j]) * keep + lowest * (1.0f - keep);
+        });
+        const auto e = [&](Index j) {
+          const float x = kernels::from_bf16_bits(p[j]) - m;
+          return math::vexp(x < 0.0f ? x : 0.0f) * float(j <= i);
+        };
+        const float inv = 1.0f / sum_in_chunks(end, e);
+        each_in_chunks(end, [&](Index j) { p[j] = kernels::to_bf16_bits(e(j) * inv); });
+        for (Index j = end; j < n; ++j) p[j] = 0;
+      });
+  for (int r0 = 0; r0 < seq; r0 += bs) {  // Y = P V: rows [r0, r1) of P are zero from column r1 on
+    const int r1 = r0 + bs < seq ? r0 + bs : seq;
+    blas::gemm_batched(exec, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, 1.0f, s + r0 * seq, seq, qkv16 + l.part(2),
+                       hd, y16.data() + r0 * ldy, ldy, l.batch(l.scores(), l.heads(), l.rows_y()));
+  }
 }
 
-void attention_backward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const AttentionScores<float>& att,
-                             const MatrixU<const float>& dy, const MatrixU<float>& dqkv,
-                             const AttentionScores<float>& dscores) {
-  backward_from(exec, HeadBlocksBf16{qkv16, dims_of(Index(dqkv.extent(0)), Index(dqkv.extent(1)) / 3, att)}, att,
-                dy, dqkv, dscores);
+void attention_backward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16,
+                             const AttentionScores<std::uint16_t>& att16, const MatrixU<const std::uint16_t>& dy16,
+                             const MatrixU<std::uint16_t>& dqkv16, const AttentionScores<std::uint16_t>& ds16) {
+  const Bf16Layout l{dims_of(Index(dqkv16.extent(0)), Index(dqkv16.extent(1)) / 3, att16),
+                     std::int64_t(dy16.stride_0()), std::int64_t(dqkv16.stride_0())};
+  if (Index(dy16.extent(0)) != Index(dqkv16.extent(0)) || Index(dy16.extent(1)) != l.d.channels)
+    throw std::invalid_argument("tessera::nn::attention_backward_bf16: expected dy (B*T, C) beside dqkv (B*T, 3C)");
+  const int seq = int(l.d.seq), hd = int(l.d.hd), bs = causal_block(seq), ldy = int(l.ldy), ldq = int(l.ldq),
+            C = int(l.d.channels);
+  const float scale = 1.0f / math::sqrt(float(hd));
+  const std::uint16_t* p = att16.data();
+  const std::uint16_t* dy = dy16.data();
+  std::uint16_t* ds = ds16.data();
+  std::uint16_t* dq = dqkv16.data();
+  for (int r0 = 0; r0 < seq; r0 += bs) {  // dP = dY V^T, where P is not masked
+    const int r1 = r0 + bs < seq ? r0 + bs : seq;
+    blas::gemm_batched(exec, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, 1.0f, dy + r0 * ldy, ldy, qkv16 + l.part(2),
+                       hd, ds + r0 * seq, seq, l.batch(l.rows_y(), l.heads(), l.scores()));
+  }
+  for (int c0 = 0; c0 < seq; c0 += bs) {  // dV = P^T dY: keys [c0, c1) are seen by queries [c0, T)
+    const int c1 = c0 + bs < seq ? c0 + bs : seq;
+    blas::gemm_batched(exec, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, 1.0f, p + c0 * seq + c0, seq,
+                       dy + c0 * ldy, ldy, dq + 2 * C + c0 * ldq, ldq, l.batch(l.scores(), l.rows_y(), l.rows_q()));
+  }
+  // dS = P (dP - rowsum(P dP)) in place of dP, fp32 arithmetic; zero above the diagonal.
+  const Index rows = l.d.batch * l.d.heads * l.d.seq, n = l.d.seq;
+  Kokkos::parallel_for(
+      "tessera::nn::attention_backward_bf16::softmax", range(exec, rows), KOKKOS_LAMBDA(const Index r) {
+        const std::uint16_t* pr = p + r * n;
+        std::uint16_t* g = ds + r * n;
+        const Index i = r % n, end = masked_end(i, n);
+        // Past the diagonal P is zero, so those entries add nothing to the sum and come out zero.
+        const float dot = sum_in_chunks(
+            end, [&](Index j) { return kernels::from_bf16_bits(pr[j]) * kernels::from_bf16_bits(g[j]); });
+        each_in_chunks(end, [&](Index j) {
+          g[j] = kernels::to_bf16_bits(kernels::from_bf16_bits(pr[j]) * (kernels::from_bf16_bits(g[j]) - dot));
+        });
+        for (Index j = end; j < n; ++j) g[j] = 0;
+      });
+  for (int r0 = 0; r0 < seq; r0 += bs) {  // dQ = scale dS K
+    const int r1 = r0 + bs < seq ? r0 + bs : seq;
+    blas::gemm_batched(exec, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, scale, ds + r0 * seq, seq, qkv16 + l.part(1),
+                       hd, dq + r0 * ldq, ldq, l.batch(l.scores(), l.heads(), l.rows_q()));
+  }
+  for (int c0 = 0; c0 < seq; c0 += bs) {  // dK = scale dS^T Q
+    const int c1 = c0 + bs < seq ? c0 + bs : seq;
+    blas::gemm_batched(exec, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, scale, ds + c0 * seq + c0, seq,
+                       qkv16 + l.part(0) + c0 * hd, hd, dq + C + c0 * ldq, ldq,
+                       l.batch(l.scores(), l.heads(), l.rows_q()));
+  }
 }
 
 template void attention_forward<float>(const ExecSpace&, const MatrixU<const float>&, const MatrixU<float>&,

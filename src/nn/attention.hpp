@@ -1,11 +1,11 @@
 #pragma once
-// Causal multi-head self-attention through batched matrix products: the same arithmetic as
+// Causal multi-head self-attention through matrix products: the same arithmetic as
 // kernels/attention.hpp (which stays the reference), with every head's Q K^T, P V and their
 // gradients as GEMMs on strided views of the fused qkv (B*T, 3C) buffer (q at columns [0, C),
 // k at [C, 2C), v at [2C, 3C); head h at h*hd of each). The causal softmax and its backward are
-// Kokkos kernels, one thread per row. Each T x T product runs as two row blocks, which skips the
-// masked quarter above the diagonal of the first block (finer blocks cost more in small GEMMs
-// than they save).
+// Kokkos kernels, one thread per row. Each T x T product runs in blocks of rows (or keys) as long
+// as the mask lets them be, which skips most of the masked half. Under bf16 operands the whole
+// attention runs in bf16 buffers, one batched product per block over all samples and heads.
 #include <cstdint>
 
 #include "kernels/views.hpp"
@@ -48,13 +48,21 @@ void attention_backward(const ExecSpace& exec, const MatrixU<const T>& qkv,
 /// the same products, the same bits).
 void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const float>& qkv, int heads, int seq, std::uint16_t* out);
 
-/// \brief attention_forward and attention_backward on qkv_to_bf16's head blocks: y (B*T, C),
-/// att (B, heads, T, T), dy (B*T, C), dqkv (B*T, 3C) as above. Need blas::bf16_operands().
-void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const MatrixU<float>& y,
-                            const AttentionScores<float>& att);
-void attention_backward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const AttentionScores<float>& att,
-                             const MatrixU<const float>& dy, const MatrixU<float>& dqkv,
-                             const AttentionScores<float>& dscores);
+/// \brief The attention under bf16 operands (blas::bf16_operands()), bf16 from end to end: q, k
+/// and v from qkv_to_bf16's head blocks, y16 (B*T, C) and att16 (B, heads, T, T: the
+/// probabilities, zero above the diagonal) written in bf16. Each causal block's product is one
+/// batched call over the samples and heads (blas::gemm_batched); the softmax reads the bf16
+/// scores and writes the bf16 probabilities with fp32 arithmetic.
+void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const MatrixU<std::uint16_t>& y16,
+                            const AttentionScores<std::uint16_t>& att16);
+
+/// \brief Its backward: dqkv16 (B*T, 3C, bf16, overwritten) from dy16 (B*T, C, bf16) with the
+/// forward's qkv16 and att16; ds16 (B, heads, T, T, bf16) is scratch. The softmax's backward reads
+/// the bf16 probabilities (fp32 arithmetic), so the gradients differ from attention_backward on
+/// the same values in the last bits of bf16, as autocast's do.
+void attention_backward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16,
+                             const AttentionScores<std::uint16_t>& att16, const MatrixU<const std::uint16_t>& dy16,
+                             const MatrixU<std::uint16_t>& dqkv16, const AttentionScores<std::uint16_t>& ds16);
 
 /// \brief The fused attention (kernels/flash_attention.hpp, nn/fused_attention.cpp) behind the
 /// interface of attention_forward: y (B*T, C) from qkv (B*T, 3C); att is (B, heads, T, 1) and

@@ -16,6 +16,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/math.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/simd.hpp"
 
 namespace tessera::nn {
@@ -26,6 +27,12 @@ template <class T>
 using Att = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace>;
 template <class T>
 using AttU = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+/// The first `batch` samples of a (B, heads, T, T) buffer.
+template <class E>
+AttU<E> batch_scores(const Att<E>& a, int batch) {
+  return AttU<E>(a.data(), std::size_t(batch), a.extent(1), a.extent(2), a.extent(3));
+}
 
 template <class T>
 Matrix<T> alloc_matrix(const std::string& what, std::size_t r, std::size_t c) {
@@ -159,25 +166,33 @@ typename Gpt<T>::Acts Gpt<T>::make_acts(const char* what) const {
     a.ln2_16 = alloc_matrix<std::uint16_t>(w + ".ln2 (bf16)", n, C);
     a.h16 = alloc_matrix<std::uint16_t>(w + ".h (bf16)", n, 4 * Cl);
     a.qkv16 = alloc_matrix<std::uint16_t>(w + ".qkv (bf16 head blocks)", n, 3 * Cl);
+    a.y16 = alloc_matrix<std::uint16_t>(w + ".y (bf16)", n, Cl);
+    a.att16 = scores<std::uint16_t>(w + ".att (bf16)");
   } else {
     a.ln1 = alloc_matrix<T>(w + ".ln1", n, C);
     a.ln2 = alloc_matrix<T>(w + ".ln2", n, C);
     a.h = alloc_matrix<T>(w + ".h", n, 4 * Cl);
     a.qkv = alloc_matrix<T>(w + ".qkv", n, 3 * Cl);
+    a.y = alloc_matrix<T>(w + ".y", n, Cl);
+    a.att = scores<T>(w + ".att");
   }
-  a.y = alloc_matrix<T>(w + ".y", n, Cl);
   a.x1 = alloc_matrix<T>(w + ".x1", n, C);
   a.fc = alloc_matrix<T>(w + ".fc", n, 4 * Cl);
   a.mean1 = alloc_vector<T>(w + ".mean1", n);
   a.rstd1 = alloc_vector<T>(w + ".rstd1", n);
   a.mean2 = alloc_vector<T>(w + ".mean2", n);
   a.rstd2 = alloc_vector<T>(w + ".rstd2", n);
-  a.att = Att<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::" + w + ".att"),
-                                    Kokkos::WithoutInitializing),
-                 static_cast<std::size_t>(this->max_batch()), static_cast<std::size_t>(heads_local_),
-                 static_cast<std::size_t>(shape_.context),
-                 attention_scores_width(static_cast<std::size_t>(shape_.context)));
   return a;
+}
+
+template <class T>
+template <class E>
+Kokkos::View<E****, Kokkos::LayoutRight, MemSpace> Gpt<T>::scores(const std::string& what) const {
+  const auto Tn = static_cast<std::size_t>(shape_.context);
+  return Kokkos::View<E****, Kokkos::LayoutRight, MemSpace>(
+      Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::" + what), Kokkos::WithoutInitializing),
+      static_cast<std::size_t>(this->max_batch()), static_cast<std::size_t>(heads_local_), Tn,
+      attention_scores_width(Tn));
 }
 
 template <class T>
@@ -211,14 +226,18 @@ void Gpt<T>::add_slot() {
     dres_ = alloc_matrix<T>("dres", n, C);
     dln_ = alloc_matrix<T>("dln", n, C);
     d1_ = alloc_matrix<T>("d1", n, C);
-    dqkv_ = alloc_matrix<T>("dqkv", n, 3 * Cl);
+    dqkv_ = alloc_matrix<T>("dqkv", n, 3 * Cl);  // under bf16: the qkv product's fp32 output
     dy_ = alloc_matrix<T>("dy", n, Cl);
     dh_ = alloc_matrix<T>("dh", n, 4 * Cl);
-    if (bf16_acts_) dh16_ = alloc_matrix<std::uint16_t>("dh (bf16)", n, 4 * Cl);
+    if (bf16_acts_) {
+      dh16_ = alloc_matrix<std::uint16_t>("dh (bf16)", n, 4 * Cl);
+      dy16_ = alloc_matrix<std::uint16_t>("dy (bf16)", n, Cl);
+      dqkv16_ = alloc_matrix<std::uint16_t>("dqkv (bf16)", n, 3 * Cl);
+      dscores16_ = scores<std::uint16_t>("dscores (bf16)");
+    } else {
+      dscores_ = scores<T>("dscores");
+    }
     dhf_ = alloc_matrix<T>("dhf", n, C);
-    dscores_ = Att<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::dscores"),
-                                         Kokkos::WithoutInitializing),
-                      B, static_cast<std::size_t>(heads_local_), Tn, attention_scores_width(Tn));
     xent_ = alloc_vector<T>("xent", n * static_cast<std::size_t>(2 * part_.tp + 1));
   }
 }
@@ -227,7 +246,9 @@ template <class T>
 void Gpt<T>::clear_slots() {
   slots_.clear();
   work_ = Acts{};
-  dh16_ = Matrix<std::uint16_t>();
+  dh16_ = dy16_ = dqkv16_ = Matrix<std::uint16_t>();
+  dscores_ = {};
+  dscores16_ = {};
 }
 
 template <class T>
@@ -316,26 +337,29 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
                               const Acts& a, int tokens, const MatrixU<T>& out) const {
   const int batch = tokens / shape_.context;
   const auto r = [&](const auto& m) { return first_rows(m, std::size_t(tokens)); };
-  const MatrixU<T> qkv = r(a.qkv), y = r(a.y), x1 = r(a.x1), fc = r(a.fc);  // qkv: empty in bf16
+  const MatrixU<T> x1 = r(a.x1), fc = r(a.fc);
   const MatrixU<A> ln1 = r(pick<A>(a.ln1, a.ln1_16)), ln2 = r(pick<A>(a.ln2, a.ln2_16)),
-                   h = r(pick<A>(a.h, a.h16));
+                   h = r(pick<A>(a.h, a.h16)), y = r(pick<A>(a.y, a.y16));
   kernels::layernorm_forward(exec, x, store_->value(b.ln1_w), store_->value(b.ln1_b), ln1,
                              first(a.mean1, std::size_t(tokens)), first(a.rstd1, std::size_t(tokens)));
-  const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
+  // The biases of proj, fc and mproj come in the kernels after their products (one pass
+  // fewer over each output).
   if constexpr (std::is_same_v<A, std::uint16_t>) {
-    // qkv lands in fp32 scratch (backward's dqkv, free until then) and is kept as bf16 head blocks.
+    // qkv lands in fp32 scratch (backward's dqkv, free until then) and is kept as bf16 head
+    // blocks; the attention runs in bf16 and its output y is proj's bf16 input.
     const MatrixU<T> qkv32 = r(dqkv_);
     linear_forward(exec, b.qkv, ln1, qkv32, part_.tensor_sum);
     qkv_to_bf16(exec, qkv32, heads_local_, shape_.context, a.qkv16.data());
-    attention_forward_bf16(exec, a.qkv16.data(), y, att);
+    attention_forward_bf16(exec, a.qkv16.data(), y, batch_scores(a.att16, batch));
+    b.proj.forward_bf16(exec, Bf16Matrix(y), x1, part_.tensor_sum, Linear<T>::Bias::caller);
   } else {
+    const MatrixU<T> qkv = r(a.qkv);
+    const AttU<T> att = batch_scores(a.att, batch);
     linear_forward(exec, b.qkv, ln1, qkv, part_.tensor_sum);
     if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
     else attention_forward<T>(exec, qkv, y, att);
+    b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
   }
-  // The biases of proj, fc and mproj come in the kernels after their products (one pass
-  // fewer over each output).
-  b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
   kernels::bias_residual_add(exec, store_->value(b.proj.bias_index()), x, x1);
   kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
                              ln2, first(a.mean2, std::size_t(tokens)), first(a.rstd2, std::size_t(tokens)));
@@ -369,14 +393,21 @@ void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const Matr
                               first(a.rstd2, std::size_t(tokens)), dln, d1, store_->grad(b.ln2_w),
                               store_->grad(b.ln2_b), dres);
   // Attention sub-block.
-  b.proj.backward(exec, r(a.y), d1, dy);
-  const AttU<T> att(a.att.data(), std::size_t(batch), a.att.extent(1), a.att.extent(2), a.att.extent(3));
-  const AttU<T> ds(dscores_.data(), std::size_t(batch), dscores_.extent(1), dscores_.extent(2),
-                   dscores_.extent(3));
-  if constexpr (std::is_same_v<A, std::uint16_t>) attention_backward_bf16(exec, a.qkv16.data(), att, dy, dqkv, ds);
-  else if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
-  else attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
-  linear_backward(exec, b.qkv, r(pick<A>(a.ln1, a.ln1_16)), dqkv, dln, part_.tensor_sum);
+  if constexpr (std::is_same_v<A, std::uint16_t>) {  // in bf16 from proj's input gradient to qkv's
+    const MatrixU<std::uint16_t> dy16 = r(dy16_), dqkv16 = r(dqkv16_);
+    b.proj.backward_bf16(exec, Bf16Matrix(r(a.y16)), d1, dy);
+    kernels::to_bf16(exec, MatrixU<const T>(dy), dy16);
+    attention_backward_bf16(exec, a.qkv16.data(), batch_scores(a.att16, batch), dy16, dqkv16,
+                            batch_scores(dscores16_, batch));
+    kernels::bias_backward(exec, dqkv16, store_->grad(b.qkv.bias_index()));
+    b.qkv.backward_bf16(exec, Bf16Matrix(r(a.ln1_16)), Bf16Matrix(dqkv16), dln, part_.tensor_sum);
+  } else {
+    const AttU<T> att = batch_scores(a.att, batch), ds = batch_scores(dscores_, batch);
+    b.proj.backward(exec, r(a.y), d1, dy);
+    if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
+    else attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
+    linear_backward(exec, b.qkv, r(a.ln1), dqkv, dln, part_.tensor_sum);
+  }
   kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), first(a.mean1, std::size_t(tokens)),
                               first(a.rstd1, std::size_t(tokens)), dln, dres, store_->grad(b.ln1_w),
                               store_->grad(b.ln1_b), d1);

@@ -35,6 +35,7 @@
 // weights' bf16 copies (nn/linear.hpp).
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kernels/attention.hpp"
@@ -103,13 +104,14 @@ class Gpt : public Network<T> {
   // and what backward needs. fc holds mlp.fc's output until the GELU replaces it with gelu'.
   // att: the attention probabilities (B, heads, T, T), or where the fused attention runs (a GPU
   // build, nn/attention.hpp) each row's log-sum-exp (B, heads, T, 1).
-  // ln1, ln2, h and qkv are left empty where their bf16 versions (ln1_16, ln2_16, h16, and
-  // qkv16 as nn::qkv_to_bf16's head blocks) hold them.
+  // ln1, ln2, h, qkv, y and att are left empty where their bf16 versions (ln1_16, ln2_16, h16,
+  // qkv16 as nn::qkv_to_bf16's head blocks, y16, att16) hold them.
   struct Acts {
     Matrix<T> ln1, qkv, y, x1, ln2, fc, h;
-    Matrix<std::uint16_t> ln1_16, ln2_16, h16, qkv16;
+    Matrix<std::uint16_t> ln1_16, ln2_16, h16, qkv16, y16;
     Vector<T> mean1, rstd1, mean2, rstd2;
     Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> att;
+    Kokkos::View<std::uint16_t****, Kokkos::LayoutRight, MemSpace> att16;
   };
   struct Block {
     std::size_t unit = 0;
@@ -128,6 +130,10 @@ class Gpt : public Network<T> {
   using Network<T>::hooks_;
 
   Acts make_acts(const char* what) const;
+  /// A (max batch, heads on this rank, T, attention_scores_width(T)) buffer of E, counted as
+  /// activation memory under `what`.
+  template <class E>
+  Kokkos::View<E****, Kokkos::LayoutRight, MemSpace> scores(const std::string& what) const;
   MatrixU<T> tokens_rows(const Matrix<T>& m, int tokens) const;
   void block_forward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
                      const Acts& a, int tokens, const MatrixU<T>& out) const;
@@ -166,8 +172,12 @@ class Gpt : public Network<T> {
   // Shared by every slot: backward's working buffers and, with recompute, one block's tensors.
   Acts work_;
   Matrix<T> dres_, dln_, d1_, dqkv_, dy_, dh_, dhf_;
-  Matrix<std::uint16_t> dh16_;  // under bf16 activations: fc's output gradient, which only products read
+  // Under bf16 activations, what only products (and the bf16 attention) read: fc's output
+  // gradient, the attention's output gradient, qkv's gradient, the scores' gradient (in place of
+  // dscores_).
+  Matrix<std::uint16_t> dh16_, dy16_, dqkv16_;
   Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> dscores_;
+  Kokkos::View<std::uint16_t****, Kokkos::LayoutRight, MemSpace> dscores16_;
   Vector<T> xent_;  // loss: per-row (max, sum) of every tensor rank, then the target logits
 };
 

@@ -189,12 +189,15 @@ TEST(Gpt, MixedPrecisionTracksFp32) {
 }
 
 // Under bf16 the products read operands their producers keep in bf16 (the weights' copies made
-// once per change of the values, LayerNorm's and the GELU's outputs): the bits of packing every
-// fp32 operand at each product (TESSERA_TEST_PACK_BF16, the path before), the same losses to the
-// last digit. Tensor-parallel with micro-batches and recomputation (every product of a step reads
-// one copy of each weight), and data-parallel with comm.priority (the weights change bucket by
-// bucket, between the products that read them).
-TEST(Gpt, Bf16OperandsKeepTheBitsOfPacking) {
+// once per change of the values, LayerNorm's and the GELU's outputs, the attention in bf16 from
+// its scores to its gradients): against packing every fp32 operand at each product
+// (TESSERA_TEST_PACK_BF16, the path before), the same first loss and the same curve within 1e-4
+// relative. Not the same bits: the softmax's backward reads the probabilities rounded to bf16
+// and the batched products may sum in another order (measured 1.3e-5 to 2.3e-5 over 12 steps).
+// Tensor-parallel with micro-batches and recomputation (every product of a step reads one copy
+// of each weight), and data-parallel with comm.priority (the weights change bucket by bucket,
+// between the products that read them).
+TEST(Gpt, Bf16OperandsTrackPacking) {
   for (const std::string& layout : {std::string("--set parallel.tensor=2 --set parallel.micro_batches=2 "
                                                 "--set train.recompute=true"),
                                     std::string("--set parallel.data=2 --set comm.priority=true")}) {
@@ -207,11 +210,13 @@ TEST(Gpt, Bf16OperandsKeepTheBitsOfPacking) {
       GTEST_SKIP() << "bf16 products are emulated here: no bf16 operands to keep";
     const RunResult p = shell("TESSERA_TEST_PACK_BF16=1 " + tessera_command(2, gpt_args(packed, args)));
     ASSERT_EQ(p.exit_code, 0) << p.output;
-    const auto losses = train_losses(kept);
+    const auto losses = train_losses(kept), reference = train_losses(packed);
     ASSERT_EQ(losses.size(), 12u);
-    EXPECT_EQ(losses, train_losses(packed));
+    ASSERT_EQ(reference.size(), 12u);
+    EXPECT_NEAR(losses.begin()->second, reference.begin()->second, 1e-6 * reference.begin()->second);
+    EXPECT_LE(max_relative_difference(reference, losses), 1e-4);
     EXPECT_FALSE(eval_losses(kept).empty());
-    EXPECT_EQ(eval_losses(kept), eval_losses(packed));
+    EXPECT_LE(max_relative_difference(eval_losses(packed), eval_losses(kept)), 1e-4);
   }
 }
 

@@ -408,4 +408,91 @@ TEST(GemmPrecision, Bf16OperandsGiveTheFloatGemmsBits) {
                std::invalid_argument);
 }
 
+// gemm_batched: a batch over two nested indices with strides of their own (a gap between items,
+// the inner items of A side by side in shared rows as the attention's head slices are) gives each item's product
+// of the bf16 values, rounded to bf16: against double sums, one bf16 step at most (fp32 sums may
+// round the other way at a tie); the stand-in sbgemm's fallback (one product per item) exactly.
+// Empty batches and k = 0 are handled; without bf16 operands it refuses.
+TEST(GemmPrecision, BatchedBf16ProductsEqualEachItems) {
+  if (!kHostMemory) GTEST_SKIP() << "bf16 operands are a host path";
+  const std::uint16_t one = k::to_bf16_bits(1.0f);
+  std::uint16_t out = 0;
+  {
+    MatmulPrecision fp32(Precision::fp32);
+    EXPECT_THROW(blas::gemm_batched(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, &one, 1, &one, 1, &out, 1, {}),
+                 std::logic_error);
+  }
+  MatmulPrecision bf16(Precision::bf16);
+  InstalledSbgemm installed(&reference_sbgemm);
+  for (GemmLibrary lib : libraries()) {
+    GemmLibraryScope scope(lib);
+    if (!blas::bf16_operands()) continue;
+    const bool exact = blas::lowp_path(Precision::bf16) == std::string("bf16 GEMM installed by cblas::set_sbgemm");
+    for (Op ta : {Op::N, Op::T}) {
+      for (Op tb : {Op::N, Op::T}) {
+        SCOPED_TRACE(::testing::Message() << gemm_library_name(lib) << " ta=" << op_name(ta) << " tb=" << op_name(tb));
+        const int m = 7, n = 9, kk = 13, outer = 2, inner = 3;
+        const int ra = ta == Op::N ? m : kk, ca = ta == Op::N ? kk : m, rb = tb == Op::N ? kk : n,
+                  cb = tb == Op::N ? n : kk;
+        // Row strides with padding; A's inner items side by side in shared rows (as the attention's
+        // heads in the fused qkv rows), B's and C's items whole blocks apart with a gap.
+        const int lda = inner * (ca + 1) + 1, ldb = cb + 3, ldc = n + 2;
+        blas::Batch batch{outer,
+                          inner,
+                          {std::int64_t(ra) * lda, ca + 1},
+                          {std::int64_t(inner) * rb * ldb + 5, std::int64_t(rb) * ldb},
+                          {std::int64_t(inner) * m * ldc + 4, std::int64_t(m) * ldc}};
+        const std::vector<float> a = test::random_vector<float>(std::size_t(outer) * ra * lda, 51, -2, 2);
+        const std::vector<float> b = test::random_vector<float>(std::size_t(batch.b[0]) * outer, 52, -2, 2);
+        const std::vector<std::uint16_t> a16 = bf16_bits(a), b16 = bf16_bits(b);
+        const std::size_t c_size = std::size_t(batch.c[0]) * outer;
+        const std::uint16_t untouched = k::to_bf16_bits(-7.0f);
+        auto d_a = test::to_device(a16), d_b = test::to_device(b16);
+        auto d_c = test::to_device(std::vector<std::uint16_t>(c_size, untouched));
+        const float alpha = 0.75f;
+        blas::gemm_batched(ExecSpace(), ta, tb, m, n, kk, alpha, d_a.data(), lda, d_b.data(), ldb, d_c.data(), ldc,
+                           batch);
+        const std::vector<std::uint16_t> c = test::to_host(d_c);
+        std::vector<bool> written(c_size, false);
+        for (int o = 0; o < outer; ++o)
+          for (int i = 0; i < inner; ++i) {
+            const std::uint16_t* ai = a16.data() + o * batch.a[0] + i * batch.a[1];
+            const std::uint16_t* bi = b16.data() + o * batch.b[0] + i * batch.b[1];
+            const std::size_t ci = std::size_t(o * batch.c[0] + i * batch.c[1]);
+            for (int r = 0; r < m; ++r)
+              for (int j = 0; j < n; ++j) {
+                double sum = 0.0;
+                for (int q = 0; q < kk; ++q)
+                  sum += double(k::from_bf16_bits(ta == Op::N ? ai[r * lda + q] : ai[q * lda + r])) *
+                         double(k::from_bf16_bits(tb == Op::N ? bi[q * ldb + j] : bi[j * ldb + q]));
+                const float want = k::round_bf16(float(double(alpha) * sum));
+                const std::size_t e = ci + std::size_t(r) * ldc + std::size_t(j);
+                written[e] = true;
+                const float got = k::from_bf16_bits(c[e]);
+                if (exact) ASSERT_EQ(got, want) << "item " << o << "," << i << " (" << r << "," << j << ")";
+                else ASSERT_NEAR(got, want, std::ldexp(std::fabs(want), -7) + 1e-6) << "item " << o << "," << i;
+              }
+          }
+        for (std::size_t e = 0; e < c_size; ++e) {
+          if (!written[e]) {
+            ASSERT_EQ(c[e], untouched) << "element " << e << " lies outside every item";
+          }
+        }
+      }
+    }
+    // k = 0: each item is zero; an empty batch writes nothing.
+    const std::uint16_t untouched = k::to_bf16_bits(-7.0f);
+    std::uint16_t c2[2] = {untouched, untouched};
+    blas::gemm_batched(ExecSpace(), Op::N, Op::N, 1, 1, 0, 1.0f, &one, 1, &one, 1, c2, 1,
+                       blas::Batch{1, 2, {0, 0}, {0, 0}, {0, 1}});
+    EXPECT_EQ(c2[0], 0);
+    EXPECT_EQ(c2[1], 0);
+    blas::gemm_batched(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, &one, 1, &one, 1, c2, 1, blas::Batch{0, 3});
+    EXPECT_EQ(c2[0], 0);
+    EXPECT_THROW(blas::gemm_batched(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, &one, 1, &one, 1, c2, 1,
+                                    blas::Batch{-1, 1}),
+                 std::invalid_argument);
+  }
+}
+
 }  // namespace
