@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 17's sitting: tokens/s of Tessera's GPT (inputs/kjv_gpt.toml: 4 layers, 4 heads, width
 # 256, context 128, batch 16) on 2 ranks in fp32 and bf16 with run.gemm = openblas and onednn,
+# and on 1 rank whose oneDNN products use both cores (config mpi1_onednn),
 # against the PyTorch peer ../shared/peers/gpt_mini.py on 2 threads in fp32 and with --amp bf16
 # (torch.autocast), each eager, with --sdpa and, where torch.compile works in the peer's Python,
 # with --sdpa --compile. The runs alternate REPS times in one sitting, so that they share the
@@ -95,6 +96,10 @@ if [[ ${TABLE_ONLY:-0} != 1 ]]; then
         line=$(grep -m1 -o 'gemm: .*' "$logs/$tag.log" | sed 's/; run.gemm.*//' | tr -d '",')
         echo "tessera,mpi2_$gemm,$precision,$rep,$r,\"$line\"" | tee -a "$csv"
       done
+      # One rank whose oneDNN products use both cores (run.blas_threads = cores / ranks = 2).
+      tag=gpt_onednn_${precision}_onednn_1rank_rep$rep
+      r=$(run_tessera_gpt 1 2 unset "$tag" "$steps" --set "train.precision=\"$precision\"" --set 'run.gemm="onednn"')
+      echo "tessera,mpi1_onednn,$precision,$rep,$r,\"1 rank, 2 threads\"" | tee -a "$csv"
       for config in "${peer_configs[@]}"; do
         args=()
         [[ $precision == bf16 ]] && args+=(--amp bf16)

@@ -81,6 +81,11 @@ bool bf16_operands();
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
           const Operand& B, float beta, float* C, int ldc);
 
+/// \brief The same product with C stored in bf16 (bit patterns, ties to even; overwritten): what
+/// the float gemm under bf16 stores, for a consumer that reads bf16 (the GPT's logits).
+void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
+          const Operand& B, std::uint16_t* C, int ldc);
+
 /// \brief The products C_oi = alpha op(A_oi) op(B_oi) of a Batch (blas/op.hpp: two nested
 /// indices, each operand's strides) on bf16 operands, summed in fp32 and stored in bf16 (ties to
 /// even; C overwritten): what the float gemm under bf16 computes and rounds, item by item, in

@@ -252,6 +252,46 @@ void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha,
 #endif
 }
 
+#if !defined(TESSERA_GEMM_CUBLAS)
+namespace {
+
+/// The products of gemm_batched on bf16 operands the host library can read now; called with
+/// s.mutex held. oneDNN: one primitive for the batch; another bf16 GEMM: each item into fp32
+/// scratch, rounded into C.
+void batched_bf16_out(const ExecSpace& exec, State& s, Op ta, Op tb, int m, int n, int k, float alpha,
+                      const std::uint16_t* A, int lda, const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc,
+                      const Batch& batch) {
+  const cblas::SbgemmFn sbgemm = bf16_gemm();
+  if (sbgemm == &onednn::gemm_bf16) {
+    onednn::gemm_batched_bf16(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, batch);
+    return;
+  }
+  if (m == 0 || n == 0) return;
+  float* item = s.a32.reserve(exec, Index(m) * Index(n));
+  for (int o = 0; o < batch.outer; ++o)
+    for (int i = 0; i < batch.inner; ++i) {
+      sbgemm(ta, tb, m, n, k, alpha, A + o * batch.a[0] + i * batch.a[1], lda, B + o * batch.b[0] + i * batch.b[1],
+             ldb, 0.0f, item, n);
+      std::uint16_t* c = C + o * batch.c[0] + i * batch.c[1];
+      for (int r = 0; r < m; ++r)
+        for (int j = 0; j < n; ++j) c[std::int64_t{r} * ldc + j] = kernels::to_bf16_bits(item[std::int64_t{r} * n + j]);
+    }
+}
+
+/// state() locked, with its finalize hook pushed once.
+std::unique_lock<std::mutex> locked_state() {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (!s.hooked) {
+    Kokkos::push_finalize_hook([] { state().release(); });
+    s.hooked = true;
+  }
+  return lock;
+}
+
+}  // namespace
+#endif
+
 void gemm_batched(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A,
                   int lda, const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc, const Batch& batch) {
   if (!bf16_operands())
@@ -262,28 +302,27 @@ void gemm_batched(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, floa
                                 std::to_string(batch.inner));
 #if !defined(TESSERA_GEMM_CUBLAS)
   exec.fence();  // the operands' producers are done: the host library reads them
-  const cblas::SbgemmFn sbgemm = bf16_gemm();
-  if (sbgemm == &onednn::gemm_bf16) {
-    onednn::gemm_batched_bf16(ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, batch);
-    return;
-  }
-  // Another bf16 GEMM (cblas::set_sbgemm): each item into fp32 scratch, rounded into C.
+  const auto lock = locked_state();
+  batched_bf16_out(exec, state(), ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, batch);
+#endif
+}
+
+void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
+          const Operand& B, std::uint16_t* C, int ldc) {
+  if ((A.f32 == nullptr) == (A.bf16 == nullptr) || (B.f32 == nullptr) == (B.bf16 == nullptr))
+    throw std::invalid_argument("tessera::blas::gemm: an Operand needs exactly one of f32 and bf16");
+  if (!bf16_operands())
+    throw std::logic_error("tessera::blas::gemm: bf16 operands without a bf16 GEMM (blas::bf16_operands())");
+  cblas::check_args(ta, tb, m, n, k, A.ld, B.ld, ldc);
+#if !defined(TESSERA_GEMM_CUBLAS)
   if (m == 0 || n == 0) return;
+  const auto lock = locked_state();
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.hooked) {
-    Kokkos::push_finalize_hook([] { state().release(); });
-    s.hooked = true;
-  }
-  float* item = s.a32.reserve(exec, Index(m) * Index(n));
-  for (int o = 0; o < batch.outer; ++o)
-    for (int i = 0; i < batch.inner; ++i) {
-      sbgemm(ta, tb, m, n, k, alpha, A + o * batch.a[0] + i * batch.a[1], lda, B + o * batch.b[0] + i * batch.b[1],
-             ldb, 0.0f, item, n);
-      std::uint16_t* c = C + o * batch.c[0] + i * batch.c[1];
-      for (int r = 0; r < m; ++r)
-        for (int j = 0; j < n; ++j) c[std::int64_t{r} * ldc + j] = kernels::to_bf16_bits(item[std::int64_t{r} * n + j]);
-    }
+  int lda = 0, ldb = 0;
+  const std::uint16_t* pa = bf16_operand(exec, s.a16, A, ta, m, k, lda);
+  const std::uint16_t* pb = bf16_operand(exec, s.b16, B, tb, k, n, ldb);
+  exec.fence();  // the producers of bf16 operands and the packing are done: the host library reads
+  batched_bf16_out(exec, s, ta, tb, m, n, k, alpha, pa, lda, pb, ldb, C, ldc, Batch{});
 #endif
 }
 

@@ -214,8 +214,14 @@ void Gpt<T>::add_slot() {
     else s.hf = alloc_matrix<T>("ln_f", n, C);
     s.meanf = alloc_vector<T>("ln_f.mean", n);
     s.rstdf = alloc_vector<T>("ln_f.rstd", n);
-    s.logits = alloc_matrix<T>("logits", B, Tn * static_cast<std::size_t>(vocab_local_));
-    s.dlogits = alloc_matrix<T>("dlogits", B, Tn * static_cast<std::size_t>(vocab_local_));
+    const std::size_t width = Tn * static_cast<std::size_t>(vocab_local_);
+    if (bf16_acts_) {
+      s.logits16 = alloc_matrix<std::uint16_t>("logits (bf16)", B, width);
+      s.dlogits16 = alloc_matrix<std::uint16_t>("dlogits (bf16)", B, width);
+    } else {
+      s.logits = alloc_matrix<T>("logits", B, width);
+      s.dlogits = alloc_matrix<T>("dlogits", B, width);
+    }
   } else {
     s.doutput = alloc_matrix<T>("doutput", B, Tn * C);
   }
@@ -257,6 +263,14 @@ MatrixU<T> Gpt<T>::tokens_rows(const Matrix<T>& m, int tokens) const {
 }
 
 template <class T>
+const Matrix<T>& Gpt<T>::fp32_logits(const Matrix<T>& m) const {
+  if (bf16_acts_)
+    throw std::logic_error("tessera::nn::Gpt: the last stage keeps its logits and their gradient in bf16 "
+                           "(train.precision = bf16 on a bf16 GEMM); next_token_logits reads them");
+  return m;
+}
+
+template <class T>
 bool Gpt<T>::bf16_acts() const {
   if (bf16_acts_ && !blas::bf16_operands())
     throw std::logic_error("tessera::nn::Gpt: the slots hold bf16 activations, but the products no longer "
@@ -273,7 +287,7 @@ template <class T>
 MatrixU<T> Gpt<T>::output(int slot) const {
   const int batch = this->batch_of(slot);
   const Slot& s = slots_[std::size_t(slot)];
-  if (last_stage()) return rows(s.logits, batch);
+  if (last_stage()) return rows(fp32_logits(s.logits), batch);
   return MatrixU<T>(s.x.back().data(), static_cast<std::size_t>(batch),
                     static_cast<std::size_t>(output_width()));
 }
@@ -282,7 +296,7 @@ template <class T>
 MatrixU<T> Gpt<T>::grad_output(int slot) const {
   const int batch = this->batch_of(slot);
   const Slot& s = slots_[std::size_t(slot)];
-  return rows(last_stage() ? s.dlogits : s.doutput, batch);
+  return rows(last_stage() ? fp32_logits(s.dlogits) : s.doutput, batch);
 }
 
 template <class T>

@@ -123,7 +123,8 @@ class Gpt : public Network<T> {
     std::vector<Matrix<T>> x;  // blocks+1 of (B*T, C): x[0] the stage's input activations
     std::vector<Acts> acts;    // per block, without recompute
     Matrix<T> hf, logits, dlogits, doutput, dinput;
-    Matrix<std::uint16_t> hf16;  // hf in bf16, where hf is left empty
+    // hf, the logits and their gradient in bf16, where their fp32 buffers are left empty.
+    Matrix<std::uint16_t> hf16, logits16, dlogits16;
     Vector<T> meanf, rstdf;
   };
   using Network<T>::rows;
@@ -152,6 +153,9 @@ class Gpt : public Network<T> {
   /// True where the slots hold bf16 activations; throws where the process's products no longer
   /// take them (train.precision changed after the slots were made).
   bool bf16_acts() const;
+  /// The fp32 logits or their gradient of a slot (output(), grad_output() on the last stage);
+  /// std::logic_error where they are kept in bf16.
+  const Matrix<T>& fp32_logits(const Matrix<T>& m) const;
   void tensor_sum(const ExecSpace& exec, const MatrixU<T>& m) const;
   void embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const MatrixU<T>& x) const;
   void head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const;

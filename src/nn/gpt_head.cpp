@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/math.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/simd.hpp"
 #include "nn/gpt.hpp"
 
@@ -37,10 +38,14 @@ void Gpt<T>::head_forward(const ExecSpace& exec, const MatrixU<const T>& x, cons
   const int C = shape_.width;
   T* logits = s.logits.data();
   if constexpr (std::is_same_v<T, float>) {
-    if (h16 || bf16_weights(*store_)) {  // logits = hf W_head^T from bf16 operands
+    if (h16 || bf16_weights(*store_)) {  // logits = hf W_head^T from bf16 operands (into bf16 with hf)
       const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
-      blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, 1.0f, hf, head_weight_operand(exec), 0.0f,
-                 logits, vocab_local_);
+      if (h16)
+        blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, 1.0f, hf, head_weight_operand(exec),
+                   s.logits16.data(), vocab_local_);
+      else
+        blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, 1.0f, hf, head_weight_operand(exec),
+                   0.0f, logits, vocab_local_);
       if (hooks_) hooks_->after_forward(head_unit());
       return;
     }
@@ -75,7 +80,7 @@ void Gpt<T>::head_backward(const ExecSpace& exec, const Slot& s, int tokens) con
     const bool h16 = bf16_acts();
     if (h16 || bf16_weights(*store_)) {
       const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
-      const blas::Operand dl{dlogits, nullptr, Vl};
+      const blas::Operand dl = h16 ? blas::Operand{nullptr, s.dlogits16.data(), Vl} : blas::Operand{dlogits, nullptr, Vl};
       blas::gemm(exec, blas::Op::T, blas::Op::N, Vl, C, tokens, 1.0f, dl, hf, 1.0f, dw, C);
       blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, C, Vl, 1.0f, dl, head_weight_operand(exec), 0.0f, dhf, C);
       done = true;
@@ -90,43 +95,43 @@ void Gpt<T>::head_backward(const ExecSpace& exec, const Slot& s, int tokens) con
   if (hooks_ && wte_copy_unit_ != npos) hooks_->after_backward(wte_copy_unit_);
 }
 
-template <class T>
-LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
-                      MatrixU<const T> /*targets*/, T scale) {
-  const int batch = this->batch_of(slot);
-  const auto n = static_cast<Index>(batch) * shape_.context;
-  const Slot& s = slots_[std::size_t(slot)];
-  const Index Vl = vocab_local_, first = vocab_first_, tp = part_.tp, t = part_.t;
-  if (Index(labels.extent(0)) != n)
-    throw std::invalid_argument(fmt::format("tessera::nn::Gpt::loss: {} labels for {} positions",
-                                            labels.extent(0), n));
-  const MatrixU<const T> logits(s.logits.data(), std::size_t(n), std::size_t(Vl));
-  const MatrixU<T> dlogits(s.dlogits.data(), std::size_t(n), std::size_t(Vl));
-  // xent: [tp][n][2] (max, sum of exp(l - max)) of each rank's vocabulary rows, then [n] the
+namespace {
+
+/// The vocabulary-parallel cross-entropy of Gpt::loss on logits (n, Vl) of element type L and
+/// their gradient dlogits of type D (T, or std::uint16_t: bf16 read as floats, written rounded
+/// once), fp32 (T) arithmetic; buf is the (max, sum) and target-logit scratch, `sum` sums it over
+/// the tensor group. Returns the loss and correct sums over the rows.
+template <class T, class L, class D, class Sum>
+LossSums cross_entropy(const ExecSpace& exec, const MatrixU<const L>& logits, const MatrixU<D>& dlogits,
+                       const VectorU<const std::int32_t>& labels, const VectorU<T>& buf, Index first, Index tp,
+                       Index t, T per_token, const Sum& sum) {
+  const Index n = Index(logits.extent(0)), Vl = Index(logits.extent(1));
+  // buf: [tp][n][2] (max, sum of exp(l - max)) of each rank's vocabulary rows, then [n] the
   // target's logit (from the rank that holds it): summed over the group, zeros elsewhere.
-  const VectorU<T> buf(xent_.data(), std::size_t(n * (2 * tp + 1)));
   Kokkos::deep_copy(exec, buf, T(0));
   Kokkos::parallel_for(
       "tessera::nn::Gpt::loss::local", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
       KOKKOS_LAMBDA(const Index i) {
-        const T* li = &logits(i, 0);
-        T m = li[0];
+        const L* li = &logits(i, 0);
+        T m = kernels::loaded(li[0]);
         TESSERA_SIMD_REDUCTION(max : m)
-        for (Index v = 1; v < Vl; ++v) m = li[v] > m ? li[v] : m;
-        T sum = T(0);
-        TESSERA_SIMD_REDUCTION(+ : sum)
-        for (Index v = 0; v < Vl; ++v) sum += math::vexp(li[v] - m);
+        for (Index v = 1; v < Vl; ++v) {
+          const T x = kernels::loaded(li[v]);
+          m = x > m ? x : m;
+        }
+        T s = T(0);
+        TESSERA_SIMD_REDUCTION(+ : s)
+        for (Index v = 0; v < Vl; ++v) s += math::vexp(T(kernels::loaded(li[v])) - m);
         buf((t * n + i) * 2) = m;
-        buf((t * n + i) * 2 + 1) = sum;
+        buf((t * n + i) * 2 + 1) = s;
         const Index target = Index(labels(i)) - first;
-        if (target >= 0 && target < Vl) buf(tp * n * 2 + i) = logits(i, target);
+        if (target >= 0 && target < Vl) buf(tp * n * 2 + i) = kernels::loaded(li[target]);
       });
   if (tp > 1) {
     exec.fence();
-    part_.tensor_sum(buf.data(), buf.size());
+    sum(buf.data(), buf.size());
   }
   // Every rank now knows each row's global max M, sum S = sum_r s_r exp(m_r - M), target logit.
-  const T per_token = scale / T(shape_.context);
   Kokkos::parallel_for(
       "tessera::nn::Gpt::loss::grad", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, n),
       KOKKOS_LAMBDA(const Index i) {
@@ -135,12 +140,15 @@ LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_
         T S = T(0);
         for (Index r = 0; r < tp; ++r) S += buf((r * n + i) * 2 + 1) * math::exp(buf((r * n + i) * 2) - M);
         const T c = per_token / S;
-        const T* li = &logits(i, 0);
-        T* di = &dlogits(i, 0);
+        const L* li = &logits(i, 0);
+        D* di = &dlogits(i, 0);
         TESSERA_SIMD
-        for (Index v = 0; v < Vl; ++v) di[v] = c * math::vexp(li[v] - M);
+        for (Index v = 0; v < Vl; ++v) kernels::stored(di[v]) = c * math::vexp(T(kernels::loaded(li[v])) - M);
         const Index target = Index(labels(i)) - first;
-        if (target >= 0 && target < Vl) di[target] -= per_token;
+        if (target >= 0 && target < Vl) {
+          if constexpr (std::is_same_v<D, T>) di[target] -= per_token;
+          else kernels::stored(di[target]) = c * math::vexp(T(kernels::loaded(li[target])) - M) - per_token;
+        }
       });
   double loss_sum = 0.0, correct = 0.0;
   Kokkos::parallel_reduce(
@@ -155,7 +163,38 @@ LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_
         c += target >= M ? 1.0 : 0.0;
       },
       loss_sum, correct);
-  return {loss_sum / shape_.context, correct / shape_.context};
+  return {loss_sum, correct};
+}
+
+}  // namespace
+
+template <class T>
+LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
+                      MatrixU<const T> /*targets*/, T scale) {
+  const int batch = this->batch_of(slot);
+  const auto n = static_cast<Index>(batch) * shape_.context;
+  const Slot& s = slots_[std::size_t(slot)];
+  const Index Vl = vocab_local_;
+  if (Index(labels.extent(0)) != n)
+    throw std::invalid_argument(fmt::format("tessera::nn::Gpt::loss: {} labels for {} positions",
+                                            labels.extent(0), n));
+  const VectorU<T> buf(xent_.data(), std::size_t(n * (2 * part_.tp + 1)));
+  const T per_token = scale / T(shape_.context);
+  const auto positions = [&](const auto& m) {  // (B, T*Vl) as (B*T, Vl)
+    using E = typename std::decay_t<decltype(m)>::value_type;
+    return MatrixU<E>(m.data(), std::size_t(n), std::size_t(Vl));
+  };
+  LossSums r;
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_acts()) {
+      r = cross_entropy<T>(exec, MatrixU<const std::uint16_t>(positions(s.logits16)), positions(s.dlogits16), labels, buf,
+                           vocab_first_, part_.tp, part_.t, per_token, part_.tensor_sum);
+      return {r.loss / shape_.context, r.correct / shape_.context};
+    }
+  }
+  r = cross_entropy<T>(exec, MatrixU<const T>(positions(s.logits)), positions(s.dlogits), labels, buf, vocab_first_, part_.tp,
+                       part_.t, per_token, part_.tensor_sum);
+  return {r.loss / shape_.context, r.correct / shape_.context};
 }
 
 template <class T>
@@ -166,11 +205,16 @@ void Gpt<T>::next_token_logits(const ExecSpace& exec, int slot, int positions, c
   const int batch = this->batch_of(slot);
   const Slot& s = slots_[std::size_t(slot)];
   const Index Vl = vocab_local_, T_ = shape_.context, p = positions - 1;
-  const MatrixU<const T> logits(s.logits.data(), std::size_t(batch) * std::size_t(T_), std::size_t(Vl));
-  Kokkos::parallel_for(
-      "tessera::nn::Gpt::next_token_logits",
-      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(exec, {0, 0}, {Index(batch), Vl}),
-      KOKKOS_LAMBDA(const Index b, const Index v) { out(b, v) = logits(b * T_ + p, v); });
+  const auto copy = [&](const auto* data) {
+    using E = std::remove_cv_t<std::remove_pointer_t<decltype(data)>>;
+    const MatrixU<const E> logits(data, std::size_t(batch) * std::size_t(T_), std::size_t(Vl));
+    Kokkos::parallel_for(
+        "tessera::nn::Gpt::next_token_logits",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(exec, {0, 0}, {Index(batch), Vl}),
+        KOKKOS_LAMBDA(const Index b, const Index v) { out(b, v) = T(kernels::loaded(logits(b * T_ + p, v))); });
+  };
+  if (bf16_acts()) copy(static_cast<const std::uint16_t*>(s.logits16.data()));
+  else copy(static_cast<const T*>(s.logits.data()));
 }
 
 #define TESSERA_GPT_HEAD(T)                                                                                        \

@@ -177,6 +177,59 @@ TEST(Gpt, Bf16AttentionAgreesWithTheReference) {
             kernels::to_bf16_bits(qkv_h[(1 * T + 3) * 3 * C + 2 * hd + 1]));
 }
 
+// Under bf16 operands the last stage keeps its logits and their gradient in bf16 (the loss reads
+// and writes them with fp32 arithmetic): the loss, the next-token logits and a gradient agree with
+// the same model in fp32 within bf16's rounding, and output() / grad_output() refuse (no fp32
+// logits to hand out).
+TEST(Gpt, Bf16LogitsAndLossAgreeWithFp32) {
+  const ExecSpace exec;
+  const int batch = 2;
+  const Batch b = make_batch(batch, kTiny, 11);
+  struct Run {
+    double loss = 0;
+    std::vector<float> next, grads;
+  };
+  const auto run = [&](Precision p) {
+    blas::set_matmul_precision(p);
+    nn::ParamStore<float> store;
+    nn::Gpt<float> gpt(store, kTiny);
+    store.allocate();
+    store.initialize(exec, 5);
+    gpt.reserve(batch);
+    const int slot = gpt.acquire(batch);
+    Run r;
+    store.zero_grads(exec);
+    r.loss = run_loss(gpt, slot, b, 1.0);
+    gpt.backward(exec, slot);
+    r.grads = to_host(store.grads());
+    Matrix<float> next("next", batch, kTiny.vocab);
+    gpt.next_token_logits(exec, slot, 3, next);
+    r.next = to_host(next);
+    if (p == Precision::bf16) {
+      EXPECT_THROW(gpt.output(slot), std::logic_error);
+      EXPECT_THROW(gpt.grad_output(slot), std::logic_error);
+    }
+    return r;
+  };
+  struct Restore {
+    ~Restore() { blas::set_matmul_precision(Precision::fp32); }
+  } restore;
+  const Run f = run(Precision::fp32);
+  blas::set_matmul_precision(Precision::bf16);
+  if (!blas::bf16_operands()) GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
+  const Run h = run(Precision::bf16);
+  EXPECT_NEAR(h.loss, f.loss, 1e-2 * std::fabs(f.loss));
+  EXPECT_NE(h.loss, f.loss);  // the rounding is real
+  ASSERT_EQ(h.next.size(), f.next.size());
+  for (std::size_t i = 0; i < f.next.size(); ++i) EXPECT_NEAR(h.next[i], f.next[i], 2e-2) << "logit " << i;
+  double scale = 0, diff = 0;
+  for (std::size_t i = 0; i < f.grads.size(); ++i) {
+    scale = std::max(scale, double(std::fabs(f.grads[i])));
+    diff = std::max(diff, double(std::fabs(h.grads[i] - f.grads[i])));
+  }
+  EXPECT_LE(diff, 5e-2 * scale);
+}
+
 TEST(Gpt, NamesFollowGpt2) {
   nn::ParamStore<float> store;
   nn::Gpt<float> gpt(store, kTiny);
