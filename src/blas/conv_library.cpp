@@ -20,10 +20,16 @@ bool jit_convolutions() {
   return isa.rfind("avx2", 0) == 0 || isa.rfind("avx512", 0) == 0;
 }
 
+/// oneDNN convolves in this precision here: fp32 always, bf16 with bf16 instructions (elsewhere
+/// its bf16 convolutions are emulated, slower than im2col's products), fp16 never.
+bool onednn_precision(Precision p) {
+  return p == Precision::fp32 || (p == Precision::bf16 && onednn::conv_bf16_native());
+}
+
 }  // namespace
 
 ConvPath automatic_conv_path(Precision p) {
-  if (kDeviceMemory || p != Precision::fp32 || !onednn::conv_available()) return ConvPath::im2col;
+  if (kDeviceMemory || !onednn::conv_available() || !onednn_precision(p)) return ConvPath::im2col;
   return jit_convolutions() ? ConvPath::onednn : ConvPath::im2col;
 }
 
@@ -33,7 +39,7 @@ ConvPath conv_path(ConvLibrary choice, Precision p) {
   if (kDeviceMemory) return ConvPath::im2col;
   switch (choice) {
     case ConvLibrary::im2col: return ConvPath::im2col;
-    case ConvLibrary::onednn: return p == Precision::fp32 ? ConvPath::onednn : ConvPath::im2col;
+    case ConvLibrary::onednn: return onednn_precision(p) ? ConvPath::onednn : ConvPath::im2col;
     case ConvLibrary::automatic: break;
   }
   return automatic_conv_path(p);
@@ -45,13 +51,15 @@ std::string describe_conv(ConvLibrary choice, Precision p) {
   const ConvPath path = conv_path(choice, p);
   std::string line = std::string("conv: ") + precision_name(p) + " -> " + conv_path_name(path) + " (";
   if (path == ConvPath::onednn)
-    line += onednn::conv_implementation(onednn::Conv2dShape::same(8, 16, 32, 14, 14, 3));
+    line += onednn::conv_implementation(onednn::Conv2dShape::same(8, 16, 32, 14, 14, 3, p == Precision::bf16));
   else
     line += kDeviceMemory ? "GEMM per sample, cuBLAS" : "GEMM per sample, run.gemm's library";
   line += std::string("); run.conv = ") + conv_library_name(choice);
   if (path == ConvPath::im2col && choice != ConvLibrary::im2col && !kDeviceMemory) {
-    if (p != Precision::fp32)
-      line += std::string("; ") + precision_name(p) + " convolutions stay on im2col (the GEMMs round as train.precision says)";
+    if (p == Precision::fp16)
+      line += "; fp16 convolutions stay on im2col (the GEMMs round as train.precision says)";
+    else if (p == Precision::bf16 && onednn::conv_available() && !onednn::conv_bf16_native())
+      line += "; bf16 convolutions stay on im2col: no bf16 instructions for oneDNN here (" + onednn::isa() + ")";
     else if (!onednn::conv_available())
       line += "; this build has no oneDNN";
     else

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "blas/counted_buffer.hpp"
+#include "blas/onednn_gemm.hpp"
 
 namespace tessera::blas::onednn {
 namespace {
@@ -40,8 +41,10 @@ struct Key {
   int batch, in, out, height, width, kernel, pad_top, pad_bottom, rows_x, rows_y;
   bool bias;
   int threads;
+  bool bf16;
   auto tie() const {
-    return std::tie(kind, batch, in, out, height, width, kernel, pad_top, pad_bottom, rows_x, rows_y, bias, threads);
+    return std::tie(kind, batch, in, out, height, width, kernel, pad_top, pad_bottom, rows_x, rows_y, bias, threads,
+                    bf16);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -120,8 +123,10 @@ Port output(const Library& lib, int arg, Role role, const dnnl::memory::desc& us
   return p;
 }
 
+/// The callers' buffers (x, y, w, b: fp32) and what the primitives may choose (any_*: of the
+/// products' type, bf16 or fp32; any_dw: the weight gradient, fp32 always).
 struct Descs {
-  dnnl::memory::desc x, y, w, b, any_x, any_y, any_w;
+  dnnl::memory::desc x, y, w, b, any_x, any_y, any_w, any_dw;
   dims strides{1, 1}, pad_l, pad_r;
 };
 
@@ -132,9 +137,11 @@ Descs descs(const Key& k) {
   d.y = image(k.batch, k.out, oh, k.width, k.rows_y);
   d.w = dnnl::memory::desc({k.out, k.in, k.kernel, k.kernel}, dt::f32, tag::oihw);
   d.b = dnnl::memory::desc({k.out}, dt::f32, tag::x);
-  d.any_x = dnnl::memory::desc({k.batch, k.in, k.height, k.width}, dt::f32, tag::any);
-  d.any_y = dnnl::memory::desc({k.batch, k.out, oh, k.width}, dt::f32, tag::any);
-  d.any_w = dnnl::memory::desc({k.out, k.in, k.kernel, k.kernel}, dt::f32, tag::any);
+  const dt inner = k.bf16 ? dt::bf16 : dt::f32;
+  d.any_x = dnnl::memory::desc({k.batch, k.in, k.height, k.width}, inner, tag::any);
+  d.any_y = dnnl::memory::desc({k.batch, k.out, oh, k.width}, inner, tag::any);
+  d.any_w = dnnl::memory::desc({k.out, k.in, k.kernel, k.kernel}, inner, tag::any);
+  d.any_dw = dnnl::memory::desc({k.out, k.in, k.kernel, k.kernel}, dt::f32, tag::any);
   d.pad_l = {k.pad_top, P};
   d.pad_r = {k.pad_bottom, P};
   return d;
@@ -174,9 +181,10 @@ Entry make_entry(const Library& lib, const Key& k) {
     e.outputs = {output(lib, DNNL_ARG_DIFF_SRC, image_in, d.x, pd.diff_src_desc(), false)};
   } else {
     const auto bd = k.bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.any_x,
-                                                                      d.any_w, d.b, d.any_y, d.strides, d.pad_l, d.pad_r)
+                                                                      d.any_dw, d.b, d.any_y, d.strides, d.pad_l,
+                                                                      d.pad_r)
                            : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.any_x,
-                                                                      d.any_w, d.any_y, d.strides, d.pad_l, d.pad_r);
+                                                                      d.any_dw, d.any_y, d.strides, d.pad_l, d.pad_r);
     const dnnl::convolution_backward_weights::primitive_desc pd(bd, user_scratchpad(), lib.engine, fpd);
     e.primitive = dnnl::convolution_backward_weights(pd);
     e.scratchpad = dnnl::memory(pd.scratchpad_desc(), lib.engine, nullptr);
@@ -208,7 +216,7 @@ void check(const Conv2dShape& s) {
 
 Key key_of(Kind kind, const Conv2dShape& s, bool bias) {
   return Key{kind, s.batch, s.in, s.out, s.height, s.width, s.kernel, s.pad_top, s.pad_bottom,
-             s.plane_rows_x, s.plane_rows_y, bias, omp_threads()};
+             s.plane_rows_x, s.plane_rows_y, bias, omp_threads(), s.bf16};
 }
 
 Entry& entry(Library& lib, const Key& key) {
@@ -255,7 +263,8 @@ void run(Kind kind, const Conv2dShape& s, bool bias, std::initializer_list<const
     lib.stream.wait();
   } catch (const dnnl::error& err) {
     throw std::runtime_error(std::string("tessera::blas::onednn::conv: oneDNN failed (") + err.what() +
-                             ") on a convolution of " + std::to_string(s.in) + " -> " + std::to_string(s.out) +
+                             ") on a " + (s.bf16 ? "bf16" : "fp32") + " convolution of " + std::to_string(s.in) +
+                             " -> " + std::to_string(s.out) +
                              " channels, " + std::to_string(s.height) + "x" + std::to_string(s.width));
   }
 }
@@ -263,6 +272,8 @@ void run(Kind kind, const Conv2dShape& s, bool bias, std::initializer_list<const
 }  // namespace
 
 bool conv_available() { return true; }
+
+bool conv_bf16_native() { return native_bf16(); }
 
 void conv_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
   if (bias != nullptr)

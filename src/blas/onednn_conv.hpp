@@ -22,14 +22,19 @@ namespace tessera::blas::onednn {
 /// plane_rows_x / plane_rows_y: rows between consecutive (sample, channel) planes of the buffers
 /// holding x and y (0: height and out_height(), dense), so a block of rows inside a taller
 /// buffer can be read or written in place.
+/// bf16: the products in bf16 (train.precision = bf16): x, w and dy read rounded to bf16 (the
+/// reorders from the callers' fp32 buffers convert them), sums in fp32, y and dx stored rounded
+/// to bf16 (as fp32 values holding them, as the float gemm under bf16 stores its C); the weight
+/// and bias gradients are summed and accumulated in fp32.
 struct Conv2dShape {
   int batch = 1, in = 1, out = 1, height = 1, width = 1, kernel = 3;
   int pad_top = 1, pad_bottom = 1;  ///< rows of zeros above and below x (columns: kernel/2 each)
   int plane_rows_x = 0, plane_rows_y = 0;
+  bool bf16 = false;
   int out_height() const { return height + pad_top + pad_bottom - kernel + 1; }
   /// "Same" in both directions: padding kernel/2 all round.
-  static Conv2dShape same(int batch, int in, int out, int height, int width, int kernel) {
-    return Conv2dShape{batch, in, out, height, width, kernel, kernel / 2, kernel / 2, 0, 0};
+  static Conv2dShape same(int batch, int in, int out, int height, int width, int kernel, bool bf16 = false) {
+    return Conv2dShape{batch, in, out, height, width, kernel, kernel / 2, kernel / 2, 0, 0, bf16};
   }
 };
 
@@ -48,6 +53,10 @@ void conv_backward_data(const Conv2dShape& s, const float* dy, const float* w, f
 /// \brief dw += the gradient with respect to w, db += that with respect to the bias (db may be
 /// null: skipped), for x and dy: accumulates, so micro-batches may call it in turn.
 void conv_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* db);
+
+/// \brief True when oneDNN convolves bf16 natively on this CPU (AVX512-BF16 or AMX); elsewhere its
+/// bf16 convolutions are emulated or absent, and Tessera's bf16 convolutions stay on im2col.
+bool conv_bf16_native();
 
 /// \brief oneDNN's implementations for s: "fwd <impl>, bwd_d <impl>, bwd_w <impl>"
 /// (e.g. "jit:avx512_core"), created (and cached) if needed; "none" without oneDNN.

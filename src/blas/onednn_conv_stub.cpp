@@ -15,6 +15,7 @@ namespace {
 }  // namespace
 
 bool conv_available() { return false; }
+bool conv_bf16_native() { return false; }
 void conv_forward(const Conv2dShape&, const float*, const float*, const float*, float*) { absent(); }
 void conv_backward_data(const Conv2dShape&, const float*, const float*, float*) { absent(); }
 void conv_backward_weights(const Conv2dShape&, const float*, const float*, float*, float*) { absent(); }

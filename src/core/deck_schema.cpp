@@ -144,7 +144,7 @@ std::vector<KeySpec> build_schema() {
     run.flag<&R::overwrite>("overwrite", "allow replacing another run's outputs in output_dir"),
     run.key<&R::blas_threads>("blas_threads", closed(0, 4096), "BLAS threads per rank; 0: cores on the node / ranks on the node, at least 1"),
     run.choice<&R::gemm>("gemm", kGemmLibraries, "library of the host matrix products: auto (per precision, from the CPU: docs/precision.md), openblas, onednn; the run log's gemm line says which runs"),
-    run.choice<&R::conv>("conv", kConvLibraries, "cnn, unet: how the float convolutions run on the CPU: auto (oneDNN's convolutions for fp32 where oneDNN has JIT kernels, AVX2 or better; im2col otherwise: docs/performance.md), im2col (one GEMM per sample, through run.gemm's library), onednn (bf16 and fp16 stay on im2col); the run log's conv line says which runs"),
+    run.choice<&R::conv>("conv", kConvLibraries, "cnn, unet: how the float convolutions run on the CPU: auto (oneDNN's convolutions for fp32 where oneDNN has JIT kernels, AVX2 or better, and for bf16 where the CPU has bf16 instructions; im2col otherwise: docs/performance.md), im2col (one GEMM per sample, through run.gemm's library), onednn (fp16, and bf16 without bf16 instructions, stay on im2col); the run log's conv line says which runs"),
     run.key<&R::memory_limit_mb>("memory_limit_mb", closed(0, 1 << 30), "most memory one rank may hold, in MB (1e6 bytes): a run whose estimate exceeds it is refused before anything is allocated, and one whose measured peak (the program's counters) exceeds it stops after its first step, exit 2; 0: no limit"),
 
     data.text<&D::path>("path", Text::non_empty, "HDF5 dataset file (see `tessera prepare`)"),

@@ -31,8 +31,9 @@ VectorU<T> flat_rows(const Matrix<T>& m, int batch) {
   return VectorU<T>(m.data(), static_cast<std::size_t>(batch) * m.extent(1));
 }
 
-blas::onednn::Conv2dShape onednn_shape(const kernels::ConvShape& in, int out, int batch) {
-  return blas::onednn::Conv2dShape::same(batch, int(in.channels), out, int(in.height), int(in.width), int(in.kernel));
+blas::onednn::Conv2dShape onednn_shape(const kernels::ConvShape& in, int out, int batch, Precision p) {
+  return blas::onednn::Conv2dShape::same(batch, int(in.channels), out, int(in.height), int(in.width), int(in.kernel),
+                                         p == Precision::bf16);
 }
 
 }  // namespace
@@ -208,7 +209,7 @@ void Cnn<T>::conv_forward(const ExecSpace& exec, std::size_t i, int batch, const
   if constexpr (std::is_same_v<T, float>) {
     if (onednn_) {
       exec.fence();  // x and the parameters written by kernels enqueued on exec
-      blas::onednn::conv_forward(onednn_shape(c.in, c.out, batch), x, wgt, bias.data(), z);
+      blas::onednn::conv_forward(onednn_shape(c.in, c.out, batch, part_.precision), x, wgt, bias.data(), z);
       return;
     }
   }
@@ -231,7 +232,7 @@ void Cnn<T>::conv_backward(const ExecSpace& exec, std::size_t i, int batch, cons
     if (onednn_) {
       // The block's input: the batch's images, or the previous block's pooled (ReLU'd) output.
       const T* x = i == 0 ? s.input.data() : s.pooled[i - 1].data();
-      const auto shape = onednn_shape(c.in, c.out, batch);
+      const auto shape = onednn_shape(c.in, c.out, batch, part_.precision);
       exec.fence();
       blas::onednn::conv_backward_weights(shape, x, dz, dw, store_->grad(c.bias).data());
       if (i > 0) blas::onednn::conv_backward_data(shape, dz, wgt, dpool_.data());

@@ -123,8 +123,9 @@ namespace {
 /// of `plane_x` rows (no row padding: the halo rows are in place), written into planes of
 /// `plane_y` rows.
 blas::onednn::Conv2dShape valid_rows(Index batch, int in, int out, int kernel, int width, Index rows, Index plane_x,
-                                     Index plane_y) {
+                                     Index plane_y, bool bf16) {
   blas::onednn::Conv2dShape c;
+  c.bf16 = bf16;
   c.batch = int(batch);
   c.in = in;
   c.out = out;
@@ -146,14 +147,16 @@ void FieldConv<T>::forward_onednn(const ExecSpace& exec, Index batch, const T* x
     const Index P = pad(), H = s_.rows, W = s_.width, C = s_.in, E = H + 2 * P;
     const float* w = store_->value(weight_).data();
     const float* b = store_->value(bias_).data();
+    const auto valid = [&](Index rows, Index plane_x) {  // rows of the extended block into planes of H rows
+      return valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, rows, plane_x, H, s_.bf16);
+    };
     // The block in the middle of the extended block, for the boundary rows and the weight gradient.
     kernels::place_rows(exec, x, batch, C, E, W, P, H, ext);
     // The interior rows [P, H - P) read the block only: compute them while the halo travels.
     const Index lo = std::min(P, H), hi = std::max(lo, H - P);
     const bool split = exchange && overlap;
     exec.fence();
-    if (split && hi > lo)
-      blas::onednn::conv_forward(valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, H, H, H), x, w, b, z + lo * W);
+    if (split && hi > lo) blas::onednn::conv_forward(valid(H, H), x, w, b, z + lo * W);
     if (split) halo->finish();
     // The halo rows above and below (zeros at the field's edges), then the boundary rows from them
     // (all rows in one convolution where nothing was in flight).
@@ -163,18 +166,14 @@ void FieldConv<T>::forward_onednn(const ExecSpace& exec, Index batch, const T* x
                         E, W, H + P, P, ext);
     exec.fence();
     if (!split) {
-      if (exchange)
-        blas::onednn::conv_forward(valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, E, E, H), ext, w, b, z);
+      if (exchange) blas::onednn::conv_forward(valid(E, E), ext, w, b, z);
       else  // zeros beyond the block: a "same" convolution of the block itself
-        blas::onednn::conv_forward(blas::onednn::Conv2dShape::same(int(batch), s_.in, s_.out, int(H), s_.width, s_.kernel),
-                                   x, w, b, z);
+        blas::onednn::conv_forward(
+            blas::onednn::Conv2dShape::same(int(batch), s_.in, s_.out, int(H), s_.width, s_.kernel, s_.bf16), x, w, b, z);
       return;
     }
-    if (lo > 0)
-      blas::onednn::conv_forward(valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, lo + 2 * P, E, H), ext, w, b, z);
-    if (H > hi)
-      blas::onednn::conv_forward(valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, H - hi + 2 * P, E, H),
-                                 ext + hi * W, w, b, z + hi * W);
+    if (lo > 0) blas::onednn::conv_forward(valid(lo + 2 * P, E), ext, w, b, z);
+    if (H > hi) blas::onednn::conv_forward(valid(H - hi + 2 * P, E), ext + hi * W, w, b, z + hi * W);
   } else {
     (void)exec, (void)batch, (void)x, (void)ext, (void)z, (void)buf, (void)halo, (void)exchange, (void)overlap;
     throw std::logic_error("tessera::nn::FieldConv: oneDNN convolutions are float only");
@@ -186,11 +185,11 @@ void FieldConv<T>::backward_onednn(const ExecSpace& exec, Index batch, const T* 
                                    const HaloBuffers<T>& buf, Halo<T>* halo, bool exchange, bool overlap) const {
   if constexpr (std::is_same_v<T, float>) {
     const Index P = pad(), H = s_.rows, W = s_.width, C = s_.in, E = H + 2 * P;
-    const auto whole = valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, E, E, H);
+    const auto whole = valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, E, E, H, s_.bf16);
     exec.fence();
     if (dx != nullptr && !exchange) {  // no halo rows: the block's gradient directly
       blas::onednn::conv_backward_data(blas::onednn::Conv2dShape::same(int(batch), s_.in, s_.out, int(H), s_.width,
-                                                                       s_.kernel),
+                                                                       s_.kernel, s_.bf16),
                                        dz, store_->value(weight_).data(), dx);
     } else if (dx != nullptr) {
       // The extended block's gradient: the block's rows, and the halo rows for the neighbours.

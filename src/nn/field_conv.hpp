@@ -49,6 +49,7 @@ class FieldConv {
     int in = 1, out = 1, kernel = 3;
     int rows = 1, width = 1;  ///< this rank's block of the field: rows x width
     bool onednn = false;      ///< through oneDNN's convolutions (T = float; blas/conv_library.hpp chooses)
+    bool bf16 = false;        ///< oneDNN's convolutions in bf16 (train.precision = bf16; Conv2dShape::bf16)
   };
 
   /// \brief Registers the parameters in `store` as a new unit; throws std::invalid_argument for

@@ -55,11 +55,12 @@ UNet<T>::UNet(ParamStore<T>& store, const UNetShape& shape, Part part)
                                               "2x2 pooling needs even sizes", l, level_rows(l), level_width(l)));
   const int k = shape_.kernel;
   const bool dnn = std::is_same_v<T, float> && blas::conv_path(part_.conv, part_.precision) == blas::ConvPath::onednn;
+  const bool dnn16 = dnn && part_.precision == Precision::bf16;
   int in = shape_.in_channels;
   for (std::size_t l = 0; l < L; ++l) {
     const int c = shape_.levels[l], r = int(level_rows(l)), w = int(level_width(l));
-    convs_.emplace_back(store, fmt::format("down.{}.conv1", l), typename FieldConv<T>::Shape{in, c, k, r, w, dnn});
-    convs_.emplace_back(store, fmt::format("down.{}.conv2", l), typename FieldConv<T>::Shape{c, c, k, r, w, dnn});
+    convs_.emplace_back(store, fmt::format("down.{}.conv1", l), typename FieldConv<T>::Shape{in, c, k, r, w, dnn, dnn16});
+    convs_.emplace_back(store, fmt::format("down.{}.conv2", l), typename FieldConv<T>::Shape{c, c, k, r, w, dnn, dnn16});
     in = c;
   }
   ups_.resize(L - 1);
@@ -76,9 +77,9 @@ UNet<T>::UNet(ParamStore<T>& store, const UNetShape& shape, Part part)
     u.bias = store.add(fmt::format("up.{}.upconv.bias", l), {u.out}, InitKind::uniform, bound);
     const int c = u.out, r = int(level_rows(l)), w = int(level_width(l));
     u.conv1 = convs_.size();
-    convs_.emplace_back(store, fmt::format("up.{}.conv1", l), typename FieldConv<T>::Shape{2 * c, c, k, r, w, dnn});
+    convs_.emplace_back(store, fmt::format("up.{}.conv1", l), typename FieldConv<T>::Shape{2 * c, c, k, r, w, dnn, dnn16});
     u.conv2 = convs_.size();
-    convs_.emplace_back(store, fmt::format("up.{}.conv2", l), typename FieldConv<T>::Shape{c, c, k, r, w, dnn});
+    convs_.emplace_back(store, fmt::format("up.{}.conv2", l), typename FieldConv<T>::Shape{c, c, k, r, w, dnn, dnn16});
   }
   const FieldNorm& n = shape_.norm;
   if (!n.empty() && (n.in_mean.size() != std::size_t(shape_.in_channels) || n.in_std.size() != n.in_mean.size() ||

@@ -7,6 +7,7 @@
 // Without oneDNN the test checks that nothing claims it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "core/memory.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/conv2d.hpp"
+#include "kernels/precision.hpp"
 
 namespace {
 
@@ -237,18 +239,85 @@ TEST_F(OnednnConv, WorkingBuffersAreCounted) {
   EXPECT_GE(mem::peak_total(), mem::current(mem::Category::lib));
 }
 
+// bf16 (Conv2dShape::bf16): against the double reference on the bf16 values of x, w and dy, y
+// and dx within a bf16 step of the fp32 sums (and exactly bf16 values, as the float gemm under
+// bf16 stores them), dw and db summed and accumulated in fp32. A halo-row block inside taller
+// buffers as well.
+TEST_F(OnednnConv, Bf16ConvolutionsRoundOperandsAndOutputs) {
+  if (!blas::onednn::conv_bf16_native()) GTEST_SKIP() << "no bf16 instructions for oneDNN here";
+  Conv2dShape block = Conv2dShape::same(2, 3, 8, 7, 9, 3, true);
+  block.pad_top = 0;
+  block.plane_rows_x = 9;
+  block.plane_rows_y = 8;
+  for (Conv2dShape s : {Conv2dShape::same(3, 16, 8, 7, 7, 3, true), Conv2dShape::same(2, 3, 5, 6, 5, 5, true), block}) {
+    SCOPED_TRACE(::testing::Message() << "in " << s.in << " out " << s.out << " k " << s.kernel << " pad_top "
+                                      << s.pad_top);
+    Conv2dShape dense = s;
+    dense.plane_rows_x = dense.plane_rows_y = 0;
+    Case c = make_case(dense, 21);
+    for (auto* v : {&c.x, &c.w, &c.dy})
+      for (float& e : *v) e = kernels::round_bf16(e);
+    const Reference r = reference(c);
+    // The caller's buffers: planes of plane_rows rows where the shape says so (the rest NaN).
+    const int px = s.plane_rows_x ? s.plane_rows_x : s.height, py = s.plane_rows_y ? s.plane_rows_y : s.out_height();
+    const auto spread = [](const std::vector<float>& dense_v, int planes, int rows, int plane_rows, int width) {
+      std::vector<float> out(std::size_t(planes) * plane_rows * width, std::nanf(""));
+      for (int p = 0; p < planes; ++p)
+        std::copy_n(dense_v.begin() + long(p) * rows * width, rows * width, out.begin() + long(p) * plane_rows * width);
+      return out;
+    };
+    const auto gather = [](const std::vector<float>& v, int planes, int rows, int plane_rows, int width) {
+      std::vector<float> out;
+      for (int p = 0; p < planes; ++p)
+        out.insert(out.end(), v.begin() + long(p) * plane_rows * width, v.begin() + long(p) * plane_rows * width + rows * width);
+      return out;
+    };
+    const std::vector<float> x = spread(c.x, s.batch * s.in, s.height, px, s.width);
+    const std::vector<float> dy = spread(c.dy, s.batch * s.out, s.out_height(), py, s.width);
+    std::vector<float> y(std::size_t(s.batch) * s.out * py * s.width, 7.0f), dx(x.size(), 7.0f);
+    blas::onednn::conv_forward(s, x.data(), c.w.data(), c.b.data(), y.data());
+    blas::onednn::conv_backward_data(s, dy.data(), c.w.data(), dx.data());
+    std::vector<float> dw(c.w.size(), 0.0f), db(c.b.size(), 0.0f);
+    blas::onednn::conv_backward_weights(s, x.data(), dy.data(), dw.data(), db.data());
+    const std::vector<float> yd = gather(y, s.batch * s.out, s.out_height(), py, s.width);
+    const std::vector<float> dxd = gather(dx, s.batch * s.in, s.height, px, s.width);
+    const auto bf16_step = [](const std::vector<float>& got, const std::vector<double>& want, const char* what) {
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i], kernels::round_bf16(got[i])) << what << "[" << i << "] is not a bf16 value";
+        ASSERT_NEAR(got[i], want[i], std::ldexp(std::fabs(want[i]), -7) + 1e-5) << what << "[" << i << "]";
+      }
+    };
+    bf16_step(yd, r.y, "y");
+    bf16_step(dxd, r.dx, "dx");
+    expect_close(dw, r.dw, 2 * s.batch * s.out_height() * s.width, "dw");
+    expect_close(db, r.db, 2 * s.batch * s.out_height() * s.width, "db");
+  }
+}
+
 TEST_F(OnednnConv, RunConvChoosesAndLogs) {
   using blas::ConvPath;
+  const ConvPath bf16_path = blas::onednn::conv_bf16_native() ? ConvPath::onednn : ConvPath::im2col;
   EXPECT_EQ(blas::conv_path(ConvLibrary::im2col, Precision::fp32), ConvPath::im2col);
   EXPECT_EQ(blas::conv_path(ConvLibrary::onednn, Precision::fp32), ConvPath::onednn);
-  EXPECT_EQ(blas::conv_path(ConvLibrary::onednn, Precision::bf16), ConvPath::im2col);
-  EXPECT_EQ(blas::conv_path(ConvLibrary::automatic, Precision::bf16), ConvPath::im2col);
+  EXPECT_EQ(blas::conv_path(ConvLibrary::onednn, Precision::bf16), bf16_path);
+  EXPECT_EQ(blas::conv_path(ConvLibrary::onednn, Precision::fp16), ConvPath::im2col);
+  EXPECT_EQ(blas::conv_path(ConvLibrary::automatic, Precision::fp16), ConvPath::im2col);
+  EXPECT_EQ(blas::conv_path(ConvLibrary::im2col, Precision::bf16), ConvPath::im2col);
   EXPECT_EQ(blas::conv_path(ConvLibrary::automatic, Precision::fp32), blas::automatic_conv_path(Precision::fp32));
+  EXPECT_EQ(blas::conv_path(ConvLibrary::automatic, Precision::bf16), blas::automatic_conv_path(Precision::bf16));
   const std::string line = blas::describe_conv(ConvLibrary::onednn, Precision::fp32);
   EXPECT_EQ(line.rfind("conv: fp32 -> onednn (fwd ", 0), 0u) << line;
   EXPECT_NE(line.find("; run.conv = onednn"), std::string::npos) << line;
-  const std::string bf16 = blas::describe_conv(ConvLibrary::automatic, Precision::bf16);
-  EXPECT_EQ(bf16.rfind("conv: bf16 -> im2col", 0), 0u) << bf16;
+  const std::string bf16 = blas::describe_conv(ConvLibrary::onednn, Precision::bf16);
+  if (bf16_path == ConvPath::onednn) {
+    EXPECT_EQ(bf16.rfind("conv: bf16 -> onednn (fwd ", 0), 0u) << bf16;
+    EXPECT_NE(bf16.find("bf16"), std::string::npos) << bf16;
+  } else {
+    EXPECT_EQ(bf16.rfind("conv: bf16 -> im2col", 0), 0u) << bf16;
+    EXPECT_NE(bf16.find("no bf16 instructions"), std::string::npos) << bf16;
+  }
+  const std::string fp16 = blas::describe_conv(ConvLibrary::automatic, Precision::fp16);
+  EXPECT_EQ(fp16.rfind("conv: fp16 -> im2col", 0), 0u) << fp16;
 }
 
 }  // namespace
