@@ -3,7 +3,6 @@
 #include <array>
 #include <cstdint>
 #include <stdexcept>
-#include <type_traits>
 
 #include "blas/gemm.hpp"
 #include "kernels/math.hpp"
