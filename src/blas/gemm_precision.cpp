@@ -123,6 +123,25 @@ State& state() {
   return s;
 }
 
+/// state() locked, with its finalize hook pushed once.
+std::unique_lock<std::mutex> locked_state() {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (!s.hooked) {
+    Kokkos::push_finalize_hook([] { state().release(); });
+    s.hooked = true;
+  }
+  return lock;
+}
+
+/// The checks of the Operand products: exactly one pointer per operand, and a bf16 GEMM to take them.
+void check_operands(const Operand& A, const Operand& B) {
+  if ((A.f32 == nullptr) == (A.bf16 == nullptr) || (B.f32 == nullptr) == (B.bf16 == nullptr))
+    throw std::invalid_argument("tessera::blas::gemm: an Operand needs exactly one of f32 and bf16");
+  if (!bf16_operands())
+    throw std::logic_error("tessera::blas::gemm: bf16 operands without a bf16 GEMM (blas::bf16_operands())");
+}
+
 #if !defined(TESSERA_GEMM_CUBLAS)
 /// The host bf16 GEMM of library_for(bf16): oneDNN's matmul or cblas_sbgemm, nullptr where
 /// neither runs (the emulation).
@@ -170,12 +189,8 @@ void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k,
   const Stored a = stored(ta, m, k, lda), b = stored(tb, k, n, ldb);
   const int pa_ld = a.packed_ld(), pb_ld = b.packed_ld();
 
+  const auto lock = locked_state();
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.hooked) {
-    Kokkos::push_finalize_hook([] { state().release(); });
-    s.hooked = true;
-  }
 #if defined(TESSERA_GEMM_CUBLAS)
   // The previous call's GEMM may still read the scratch on another stream.
   if (s.last && s.last->cuda_stream() != exec.cuda_stream()) s.last->fence();
@@ -224,10 +239,7 @@ bool bf16_operands() {
 
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
           const Operand& B, float beta, float* C, int ldc) {
-  if ((A.f32 == nullptr) == (A.bf16 == nullptr) || (B.f32 == nullptr) == (B.bf16 == nullptr))
-    throw std::invalid_argument("tessera::blas::gemm: an Operand needs exactly one of f32 and bf16");
-  if (!bf16_operands())
-    throw std::logic_error("tessera::blas::gemm: bf16 operands without a bf16 GEMM (blas::bf16_operands())");
+  check_operands(A, B);
   if (A.bf16 == nullptr && B.bf16 == nullptr) {
     gemm(exec, ta, tb, m, n, k, alpha, A.f32, A.ld, B.f32, B.ld, beta, C, ldc);
     return;
@@ -236,12 +248,8 @@ void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha,
   cblas::check_args(ta, tb, m, n, k, A.ld, B.ld, ldc);
   if (m == 0 || n == 0) return;
   {
+    const auto lock = locked_state();
     State& s = state();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (!s.hooked) {
-      Kokkos::push_finalize_hook([] { state().release(); });
-      s.hooked = true;
-    }
     int lda = 0, ldb = 0;
     const std::uint16_t* pa = bf16_operand(exec, s.a16, A, ta, m, k, lda);
     const std::uint16_t* pb = bf16_operand(exec, s.b16, B, tb, k, n, ldb);
@@ -278,17 +286,6 @@ void batched_bf16_out(const ExecSpace& exec, State& s, Op ta, Op tb, int m, int 
     }
 }
 
-/// state() locked, with its finalize hook pushed once.
-std::unique_lock<std::mutex> locked_state() {
-  State& s = state();
-  std::unique_lock<std::mutex> lock(s.mutex);
-  if (!s.hooked) {
-    Kokkos::push_finalize_hook([] { state().release(); });
-    s.hooked = true;
-  }
-  return lock;
-}
-
 }  // namespace
 #endif
 
@@ -309,10 +306,7 @@ void gemm_batched(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, floa
 
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
           const Operand& B, std::uint16_t* C, int ldc) {
-  if ((A.f32 == nullptr) == (A.bf16 == nullptr) || (B.f32 == nullptr) == (B.bf16 == nullptr))
-    throw std::invalid_argument("tessera::blas::gemm: an Operand needs exactly one of f32 and bf16");
-  if (!bf16_operands())
-    throw std::logic_error("tessera::blas::gemm: bf16 operands without a bf16 GEMM (blas::bf16_operands())");
+  check_operands(A, B);
   cblas::check_args(ta, tb, m, n, k, A.ld, B.ld, ldc);
 #if !defined(TESSERA_GEMM_CUBLAS)
   if (m == 0 || n == 0) return;

@@ -262,7 +262,10 @@ KOKKOS_INLINE_FUNCTION float max_in_chunks(Index end, float lowest, const F& f) 
     }
   }
   float m = lowest;
-  for (Index j = full; j < end; ++j) m = f(j) > m ? f(j) : m;
+  for (Index j = full; j < end; ++j) {
+    const float v = f(j);
+    m = v > m ? v : m;
+  }
   for (int k = 0; k < lanes; ++k) m = part[k] > m ? part[k] : m;
   return m;
 }

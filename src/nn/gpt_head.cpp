@@ -80,7 +80,8 @@ void Gpt<T>::head_backward(const ExecSpace& exec, const Slot& s, int tokens) con
     const bool h16 = bf16_acts();
     if (h16 || bf16_weights(*store_)) {
       const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
-      const blas::Operand dl = h16 ? blas::Operand{nullptr, s.dlogits16.data(), Vl} : blas::Operand{dlogits, nullptr, Vl};
+      const blas::Operand dl =
+          h16 ? blas::Operand{nullptr, s.dlogits16.data(), Vl} : blas::Operand{dlogits, nullptr, Vl};
       blas::gemm(exec, blas::Op::T, blas::Op::N, Vl, C, tokens, 1.0f, dl, hf, 1.0f, dw, C);
       blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, C, Vl, 1.0f, dl, head_weight_operand(exec), 0.0f, dhf, C);
       done = true;
@@ -184,16 +185,15 @@ LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_
     using E = typename std::decay_t<decltype(m)>::value_type;
     return MatrixU<E>(m.data(), std::size_t(n), std::size_t(Vl));
   };
-  LossSums r;
-  if constexpr (std::is_same_v<T, float>) {
-    if (bf16_acts()) {
-      r = cross_entropy<T>(exec, MatrixU<const std::uint16_t>(positions(s.logits16)), positions(s.dlogits16), labels, buf,
-                           vocab_first_, part_.tp, part_.t, per_token, part_.tensor_sum);
-      return {r.loss / shape_.context, r.correct / shape_.context};
+  const LossSums r = [&] {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16_acts())
+        return cross_entropy<T>(exec, MatrixU<const std::uint16_t>(positions(s.logits16)), positions(s.dlogits16),
+                                labels, buf, vocab_first_, part_.tp, part_.t, per_token, part_.tensor_sum);
     }
-  }
-  r = cross_entropy<T>(exec, MatrixU<const T>(positions(s.logits)), positions(s.dlogits), labels, buf, vocab_first_, part_.tp,
-                       part_.t, per_token, part_.tensor_sum);
+    return cross_entropy<T>(exec, MatrixU<const T>(positions(s.logits)), positions(s.dlogits), labels, buf,
+                            vocab_first_, part_.tp, part_.t, per_token, part_.tensor_sum);
+  }();
   return {r.loss / shape_.context, r.correct / shape_.context};
 }
 
