@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 17's sitting: tokens/s of Tessera's GPT (inputs/kjv_gpt.toml: 4 layers, 4 heads, width
 # 256, context 128, batch 16) on 2 ranks in fp32 and bf16 with run.gemm = openblas and onednn,
-# and on 1 rank whose oneDNN products use both cores (config mpi1_onednn),
+# and on 1 rank whose oneDNN products use both cores (config mpi1_onednn), in bf16 also with the
+# gradients summed in bf16 on the wire (mpi2_onednn_bf16_reduce: comm.reduce_dtype = "bf16"),
 # against the PyTorch peer ../shared/peers/gpt_mini.py on 2 threads in fp32 and with --amp bf16
 # (torch.autocast), each eager, with --sdpa and, where torch.compile works in the peer's Python,
 # with --sdpa --compile. The runs alternate REPS times in one sitting, so that they share the
@@ -96,6 +97,12 @@ if [[ ${TABLE_ONLY:-0} != 1 ]]; then
         line=$(grep -m1 -o 'gemm: .*' "$logs/$tag.log" | sed 's/; run.gemm.*//' | tr -d '",')
         echo "tessera,mpi2_$gemm,$precision,$rep,$r,\"$line\"" | tee -a "$csv"
       done
+      if [[ $precision == bf16 ]]; then  # the gradients' sums travel in bf16 as well (half the bytes)
+        tag=gpt_onednn_bf16_onednn_wire_rep$rep
+        r=$(run_tessera_gpt 2 1 unset "$tag" "$steps" --set 'train.precision="bf16"' --set 'run.gemm="onednn"' \
+          --set 'comm.reduce_dtype="bf16"')
+        echo "tessera,mpi2_onednn_bf16_reduce,bf16,$rep,$r,\"comm.reduce_dtype = bf16\"" | tee -a "$csv"
+      fi
       # One rank whose oneDNN products use both cores (run.blas_threads = cores / ranks = 2).
       tag=gpt_onednn_${precision}_onednn_1rank_rep$rep
       r=$(run_tessera_gpt 1 2 unset "$tag" "$steps" --set "train.precision=\"$precision\"" --set 'run.gemm="onednn"')

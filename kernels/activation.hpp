@@ -83,7 +83,8 @@ void gelu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, cons
 /// (gelu_backward_saved): the derivative costs as much as the value, and a forward that keeps it
 /// saves that cost in backward. b is the bias of the layer whose product z is, added in the same
 /// pass.  b (N), z (B,N), y (B,N), d (B,N); d may alias z (the pre-activation is then no longer
-/// needed). y may be a bf16 buffer (std::uint16_t bit patterns): it gets the values rounded to
+/// needed). z may be a bf16 buffer (read as its float values: a product stored in bf16). y may be
+/// a bf16 buffer (std::uint16_t bit patterns): it gets the values rounded to
 /// bf16 (kernels/precision.hpp's stored()); d stays in the precision of the computation.
 template <class BView, class ZView, class YView, class DView>
 void gelu_forward_saving_derivative(const ExecSpace& exec, const BView& b, const ZView& z, const YView& y,
@@ -91,7 +92,7 @@ void gelu_forward_saving_derivative(const ExecSpace& exec, const BView& b, const
   using T = typename DView::non_const_value_type;
   const auto element = KOKKOS_LAMBDA(const Index i, const Index j) {
     T yij, dij;
-    gelu_with_derivative(T(z(i, j) + b(j)), yij, dij);
+    gelu_with_derivative(T(loaded(z(i, j)) + b(j)), yij, dij);
     stored(y(i, j)) = yij;
     d(i, j) = dij;
   };
@@ -101,8 +102,9 @@ void gelu_forward_saving_derivative(const ExecSpace& exec, const BView& b, const
 /// \brief dz = dy * d with d = gelu'(z + b) from gelu_forward_saving_derivative, and db += the
 /// column sums of dz: the gradient of the bias b in the same pass (accumulates, for
 /// micro-batches; one thread per block of columns, each column's order fixed, as
-/// bias_backward).  d (B,N), dy (B,N), dz (B,N) (may alias dy), db (N). dz may be a bf16 buffer
-/// (std::uint16_t bit patterns): it gets dz rounded to bf16, db the sums of the unrounded values.
+/// bias_backward).  d (B,N), dy (B,N), dz (B,N) (may alias dy), db (N). dy and dz may be bf16
+/// buffers (std::uint16_t bit patterns): dy is read as its float values, dz gets dz rounded to
+/// bf16, db the sums of the unrounded values.
 template <class DView, class DyView, class DzView, class DbView>
 void gelu_backward_saved(const ExecSpace& exec, const DView& d, const DyView& dy, const DzView& dz,
                          const DbView& db) {
@@ -117,7 +119,7 @@ void gelu_backward_saved(const ExecSpace& exec, const DView& d, const DyView& dy
                          for (Index i = 0; i < rows; ++i) {
                            TESSERA_SIMD
                            for (Index k = 0; k < n; ++k) {
-                             const T g = T(dy(i, j0 + k) * d(i, j0 + k));
+                             const T g = T(loaded(dy(i, j0 + k)) * d(i, j0 + k));
                              stored(dz(i, j0 + k)) = g;
                              sum[k] += g;
                            }

@@ -21,12 +21,20 @@ void bias_add(const ExecSpace& exec, const BView& b, const YView& y) {
            KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j); });
 }
 
+/// \brief y = p + (b + r): a layer's bias and the residual stream added to its product p in one
+/// pass.  b (N), r (B,N), p (B,N), y (B,N); p may be a bf16 buffer (std::uint16_t bit patterns,
+/// read as its float values: a product stored in bf16) or y itself.
+template <class BView, class RView, class PView, class YView>
+void bias_residual_add(const ExecSpace& exec, const BView& b, const RView& r, const PView& p, const YView& y) {
+  for_rows("tessera::bias_residual_add", exec, Index(y.extent(0)), Index(y.extent(1)),
+           KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) = loaded(p(i, j)) + (b(j) + r(i, j)); });
+}
+
 /// \brief y += b + r: a row-parallel layer's bias and the residual stream added to its
 /// (tensor-summed) product in one pass.  b (N), r (B,N), y (B,N).
 template <class BView, class RView, class YView>
 void bias_residual_add(const ExecSpace& exec, const BView& b, const RView& r, const YView& y) {
-  for_rows("tessera::bias_residual_add", exec, Index(y.extent(0)), Index(y.extent(1)),
-           KOKKOS_LAMBDA(const Index i, const Index j) { y(i, j) += b(j) + r(i, j); });
+  bias_residual_add(exec, b, r, y, y);
 }
 
 /// \brief db += column sums of dy (accumulates, for micro-batches).  dy (B,N), db (N); dy may be

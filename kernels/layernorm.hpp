@@ -95,7 +95,8 @@ struct NoResidual {
 /// residual stream's gradient, when the LayerNorm sits on one, added in the same pass), dweight
 /// and dbias accumulated (+=, for micro-batches).
 /// x (rows,C), weight (C), mean (rows), rstd (rows) as saved by layernorm_forward,
-/// dy (rows,C), dx (rows,C) (may alias dy or residual), dweight (C), dbias (C),
+/// dy (rows,C) (fp32, or bf16 bit patterns read as their float values), dx (rows,C) (may alias
+/// dy or residual), dweight (C), dbias (C),
 /// residual (rows,C) or NoResidual.
 /// dweight and dbias: one thread per column looping over the rows (no atomics, fixed order);
 /// they run before dx, so dx may overwrite dy.
@@ -119,8 +120,9 @@ void layernorm_backward(const ExecSpace& exec, const XView& x, const WView& weig
           const T m = mean(r), s = rstd(r);
           TESSERA_SIMD
           for (Index k = 0; k < n; ++k) {
-            sum_w[k] += dy(r, c0 + k) * (x(r, c0 + k) - m) * s;
-            sum_b[k] += dy(r, c0 + k);
+            const T g = loaded(dy(r, c0 + k));
+            sum_w[k] += g * (x(r, c0 + k) - m) * s;
+            sum_b[k] += g;
           }
         }
         for (Index k = 0; k < n; ++k) {
@@ -131,7 +133,7 @@ void layernorm_backward(const ExecSpace& exec, const XView& x, const WView& weig
   // Input gradient: one thread per row.
   Kokkos::parallel_for(
       "tessera::layernorm_backward::dx", range(exec, rows), KOKKOS_LAMBDA(const Index r) {
-        layernorm_backward_row<T>([&](Index c) { return x(r, c); }, [&](Index c) { return dy(r, c); },
+        layernorm_backward_row<T>([&](Index c) { return x(r, c); }, [&](Index c) { return T(loaded(dy(r, c))); },
                                   [&](Index c) { return weight(c); },
                                   [&](Index c) { return T(residual(r, c)); },
                                   [&](Index c) -> T& { return dx(r, c); }, cols, T(mean(r)),

@@ -81,10 +81,14 @@ bool bf16_operands();
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
           const Operand& B, float beta, float* C, int ldc);
 
-/// \brief The same product with C stored in bf16 (bit patterns, ties to even; overwritten): what
-/// the float gemm under bf16 stores, for a consumer that reads bf16 (the GPT's logits).
+/// \brief The same product (beta = 0) with C stored in bf16 (bit patterns, ties to even;
+/// overwritten): what the float gemm under bf16 stores, for a consumer that reads bf16 (the
+/// GPT's activations and logits), in half the bytes and without a pass of its own to round.
+/// bias (n fp32 values, one per column; only with alpha = 1, else std::invalid_argument) is added
+/// to the fp32 sums before they are rounded, as a layer's bias in the same product. oneDNN does
+/// both as it stores C; another bf16 GEMM sums into fp32 scratch first.
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
-          const Operand& B, std::uint16_t* C, int ldc);
+          const Operand& B, std::uint16_t* C, int ldc, const float* bias = nullptr);
 
 /// \brief The products C_oi = alpha op(A_oi) op(B_oi) of a Batch (blas/op.hpp: two nested
 /// indices, each operand's strides) on bf16 operands, summed in fp32 and stored in bf16 (ties to

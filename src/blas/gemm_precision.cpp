@@ -1,5 +1,6 @@
 // Mixed-precision GEMM: operands rounded or converted to bf16 / fp16 by Kokkos kernels into
 // grow-only scratch, then the vendor BLAS (blas/gemm.hpp documents the contract).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -305,9 +306,12 @@ void gemm_batched(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, floa
 }
 
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
-          const Operand& B, std::uint16_t* C, int ldc) {
+          const Operand& B, std::uint16_t* C, int ldc, const float* bias) {
   check_operands(A, B);
   cblas::check_args(ta, tb, m, n, k, A.ld, B.ld, ldc);
+  if (bias != nullptr && alpha != 1.0f)
+    throw std::invalid_argument("tessera::blas::gemm: a bias with alpha = " + std::to_string(alpha) +
+                                " (only alpha = 1)");
 #if !defined(TESSERA_GEMM_CUBLAS)
   if (m == 0 || n == 0) return;
   const auto lock = locked_state();
@@ -316,7 +320,23 @@ void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha,
   const std::uint16_t* pa = bf16_operand(exec, s.a16, A, ta, m, k, lda);
   const std::uint16_t* pb = bf16_operand(exec, s.b16, B, tb, k, n, ldb);
   exec.fence();  // the producers of bf16 operands and the packing are done: the host library reads
-  batched_bf16_out(exec, s, ta, tb, m, n, k, alpha, pa, lda, pb, ldb, C, ldc, Batch{});
+  const cblas::SbgemmFn sbgemm = bf16_gemm();
+  if (sbgemm == &onednn::gemm_bf16 && k > 0) {  // the primitive adds the bias and rounds as it stores
+    onednn::gemm_bf16_out(ta, tb, m, n, k, alpha, pa, lda, pb, ldb, bias, C, ldc);
+    return;
+  }
+  // Another bf16 GEMM: the fp32 sums into scratch, then the bias and the rounding.
+  float* sums = s.a32.reserve(exec, Index(m) * Index(n));
+  if (k > 0) sbgemm(ta, tb, m, n, k, alpha, pa, lda, pb, ldb, 0.0f, sums, n);
+  else std::fill(sums, sums + Index(m) * Index(n), 0.0f);
+  for (int r = 0; r < m; ++r) {
+    const float* row = sums + std::int64_t{r} * n;
+    std::uint16_t* c = C + std::int64_t{r} * ldc;
+    if (bias != nullptr)
+      for (int j = 0; j < n; ++j) c[j] = kernels::to_bf16_bits(row[j] + bias[j]);
+    else
+      for (int j = 0; j < n; ++j) c[j] = kernels::to_bf16_bits(row[j]);
+  }
 #endif
 }
 

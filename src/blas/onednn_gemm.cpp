@@ -33,8 +33,10 @@ struct Key {
   bool batched = false;
   int outer = 1, inner = 1;
   std::array<std::int64_t, 6> strides{};  // A's, B's and C's (outer, inner)
+  bool bias = false;                      // an fp32 bias (n) added to every row before C's rounding
   auto tie() const {
-    return std::tie(in, out, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, threads, batched, outer, inner, strides);
+    return std::tie(in, out, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, threads, batched, outer, inner, strides,
+                    bias);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -42,7 +44,7 @@ struct Key {
 /// A primitive and the memory objects of its arguments (their data handles set per call).
 struct Entry {
   dnnl::matmul primitive;
-  dnnl::memory a, b, c;
+  dnnl::memory a, b, c, bias;
   dnnl::memory scratchpad;  ///< its scratchpad's descriptor, on Library::scratchpad when run
   std::unordered_map<int, dnnl::memory> args;
 };
@@ -100,10 +102,18 @@ Entry make_entry(const Library& lib, const Key& key, float alpha, float beta) {
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, lib.engine);
-  Entry e{dnnl::matmul(pd), dnnl::memory(a, lib.engine, nullptr), dnnl::memory(b, lib.engine, nullptr),
-          dnnl::memory(c, lib.engine, nullptr), dnnl::memory(pd.scratchpad_desc(), lib.engine, nullptr), {}};
+  const dnnl::memory::desc bias({1, key.n}, dt::f32, dnnl::memory::dims{key.n, 1});
+  const dnnl::matmul::primitive_desc pd(key.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c),
+                                        attr, lib.engine);
+  Entry e{dnnl::matmul(pd),
+          dnnl::memory(a, lib.engine, nullptr),
+          dnnl::memory(b, lib.engine, nullptr),
+          dnnl::memory(c, lib.engine, nullptr),
+          dnnl::memory(bias, lib.engine, nullptr),
+          dnnl::memory(pd.scratchpad_desc(), lib.engine, nullptr),
+          {}};
   e.args = {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}};
+  if (key.bias) e.args.emplace(DNNL_ARG_BIAS, e.bias);
   if (e.scratchpad.get_desc().get_size() > 0) e.args.emplace(DNNL_ARG_SCRATCHPAD, e.scratchpad);
   return e;
 }
@@ -116,7 +126,8 @@ void scale_only(int m, int n, float beta, float* C, int ldc) {
 
 /// Runs the product (or batch) of key on A, B and C: its cached primitive, made at the first call.
 /// Called with the library's mutex held.
-void execute(const Key& key, float alpha, float beta, const void* A, const void* B, void* C) {
+void execute(const Key& key, float alpha, float beta, const void* A, const void* B, void* C,
+             const float* bias = nullptr) {
   Library& lib = library();
   try {
     auto it = lib.cache.find(key);
@@ -128,6 +139,7 @@ void execute(const Key& key, float alpha, float beta, const void* A, const void*
     e.a.set_data_handle(const_cast<void*>(A));
     e.b.set_data_handle(const_cast<void*>(B));
     e.c.set_data_handle(C);
+    if (key.bias) e.bias.set_data_handle(const_cast<float*>(bias));
     if (const std::size_t bytes = e.scratchpad.get_desc().get_size(); bytes > 0)
       e.scratchpad.set_data_handle(lib.scratchpad.get(bytes));
     e.primitive.execute(lib.stream, e.args);
@@ -217,6 +229,21 @@ void gemm_batched_bf16(Op ta, Op tb, int m, int n, int k, float alpha, const std
   key.strides = {batch.a[0], batch.a[1], batch.b[0], batch.b[1], batch.c[0], batch.c[1]};
   std::lock_guard<std::mutex> lock(library().mutex);
   execute(key, alpha, 0.0f, A, B, C);
+}
+
+void gemm_bf16_out(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A, int lda,
+                   const std::uint16_t* B, int ldb, const float* bias, std::uint16_t* C, int ldc) {
+  cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (bias != nullptr && alpha != 1.0f)
+    throw std::invalid_argument("tessera::blas::onednn::gemm_bf16_out: a bias with alpha = " + std::to_string(alpha) +
+                                " (only alpha = 1)");
+  if (k == 0)  // oneDNN refuses an empty reduction; blas::gemm fills such a C itself
+    throw std::invalid_argument("tessera::blas::onednn::gemm_bf16_out: k = 0 (no product to run)");
+  if (m == 0 || n == 0) return;
+  Key key{dt::bf16, dt::bf16, ta, tb, m, n, k, lda, ldb, ldc, bits(alpha), bits(0.0f), threads_now};
+  key.bias = bias != nullptr;
+  std::lock_guard<std::mutex> lock(library().mutex);
+  execute(key, alpha, 0.0f, A, B, C, bias);
 }
 
 std::string implementation(bool bf16) {

@@ -46,6 +46,14 @@ void gemm_bf16(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16
 void gemm_batched_bf16(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A, int lda,
                        const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc, const Batch& batch);
 
+/// \brief C (m x n, bf16, overwritten) = alpha op(A) op(B) + bias with bf16 A and B: the sums in
+/// fp32, the bias (fp32, n values, one per column; nullptr: none; only with alpha = 1) added to
+/// them, the result rounded to bf16 (ties to even) as it is stored. One 2-D primitive per
+/// product, as gemm(). Arguments checked as gemm's; k >= 1 (std::invalid_argument: oneDNN has
+/// no empty reduction).
+void gemm_bf16_out(Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A, int lda,
+                   const std::uint16_t* B, int ldb, const float* bias, std::uint16_t* C, int ldc);
+
 /// \brief The implementation oneDNN chose for a representative product (1024 x 256 by 256 x
 /// 768) in fp32 (bf16 = false) or bf16, e.g. "brg:avx512_core_bf16"; "none" without oneDNN.
 std::string implementation(bool bf16);

@@ -26,6 +26,10 @@ void gemm_batched_bf16(Op, Op, int, int, int, float, const std::uint16_t*, int, 
                        std::uint16_t*, int, const Batch&) {
   absent();
 }
+void gemm_bf16_out(Op, Op, int, int, int, float, const std::uint16_t*, int, const std::uint16_t*, int, const float*,
+                   std::uint16_t*, int) {
+  absent();
+}
 std::string implementation(bool) { return "none"; }
 void set_threads(int) {}
 std::size_t cache_size() { return 0; }

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 
 #include "blas/gemm.hpp"
 #include "kernels/math.hpp"
@@ -224,6 +225,8 @@ KOKKOS_INLINE_FUNCTION Index masked_end(Index i, Index n) {
 // scalar tails, which cost more than the vectors in rows this short), then the rest one by one.
 // The sum and the maximum keep one partial per lane, combined at the end in lane order.
 constexpr int lanes = 16;
+/// The longest row (keys) whose exponentials the bf16 softmax keeps on the stack (2 KB).
+constexpr Index exps_kept = 512;
 
 template <class F>
 KOKKOS_INLINE_FUNCTION void each_in_chunks(Index end, const F& f) {
@@ -272,7 +275,11 @@ KOKKOS_INLINE_FUNCTION float max_in_chunks(Index end, float lowest, const F& f) 
 
 }  // namespace
 
-void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const float>& qkv, int heads, int seq, std::uint16_t* out) {
+namespace {
+
+/// qkv_to_bf16 for qkv of element type E (float: rounded to bf16; bf16: copied).
+template <class E>
+void qkv_heads(const ExecSpace& exec, const MatrixU<const E>& qkv, int heads, int seq, std::uint16_t* out) {
   const Index rows = Index(qkv.extent(0)), c = Index(qkv.extent(1)) / 3, H = heads, T = seq;
   if (H < 1 || T < 1 || Index(qkv.extent(1)) != 3 * c || c % H != 0 || rows % T != 0)
     throw std::invalid_argument("tessera::nn::qkv_to_bf16: expected qkv (B*T, 3C) with C divisible by heads");
@@ -282,12 +289,27 @@ void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const float>& qkv, int hea
         const Index b = r / T, t = r % T;
         for (Index p = 0; p < 3; ++p)
           for (Index h = 0; h < H; ++h) {
-            const float* in = &qkv(r, p * c + h * hd);
+            const E* in = &qkv(r, p * c + h * hd);
             std::uint16_t* o = out + ((b * 3 + p) * H + h) * T * hd + t * hd;
-            TESSERA_SIMD
-            for (Index e = 0; e < hd; ++e) o[e] = kernels::to_bf16_bits(in[e]);
+            if constexpr (std::is_same_v<E, std::uint16_t>) {
+              for (Index e = 0; e < hd; ++e) o[e] = in[e];
+            } else {
+              TESSERA_SIMD
+              for (Index e = 0; e < hd; ++e) o[e] = kernels::to_bf16_bits(in[e]);
+            }
           }
       });
+}
+
+}  // namespace
+
+void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const float>& qkv, int heads, int seq, std::uint16_t* out) {
+  qkv_heads(exec, qkv, heads, seq, out);
+}
+
+void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const std::uint16_t>& qkv, int heads, int seq,
+                 std::uint16_t* out) {
+  qkv_heads(exec, qkv, heads, seq, out);
 }
 
 void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const MatrixU<std::uint16_t>& y16,
@@ -302,8 +324,9 @@ void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, c
                        qkv16 + l.part(1), hd, s + r0 * seq, seq, l.batch(l.heads(), l.heads(), l.scores()));
   }
   // Causal softmax of every row in place, fp32 arithmetic on the bf16 scores; zero above the
-  // diagonal. The exponentials are computed twice (for the sum, then for the output) so that
-  // each probability is rounded to bf16 once.
+  // diagonal; each probability rounded to bf16 once. A row's exponentials are kept in fp32 on
+  // the stack between the sum and the output where the row fits (up to exps_kept keys), else
+  // computed again for the output (the same values).
   const Index rows = l.d.batch * l.d.heads * l.d.seq, n = l.d.seq;
   Kokkos::parallel_for(
       "tessera::nn::attention_forward_bf16::softmax", range(exec, rows), KOKKOS_LAMBDA(const Index r) {
@@ -320,8 +343,14 @@ void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, c
           const float x = kernels::from_bf16_bits(p[j]) - m;
           return math::vexp(x < 0.0f ? x : 0.0f) * float(j <= i);
         };
-        const float inv = 1.0f / sum_in_chunks(end, e);
-        each_in_chunks(end, [&](Index j) { p[j] = kernels::to_bf16_bits(e(j) * inv); });
+        if (end <= exps_kept) {
+          float kept[exps_kept];
+          const float inv = 1.0f / sum_in_chunks(end, [&](Index j) { return kept[j] = e(j); });
+          each_in_chunks(end, [&](Index j) { p[j] = kernels::to_bf16_bits(kept[j] * inv); });
+        } else {
+          const float inv = 1.0f / sum_in_chunks(end, e);
+          each_in_chunks(end, [&](Index j) { p[j] = kernels::to_bf16_bits(e(j) * inv); });
+        }
         for (Index j = end; j < n; ++j) p[j] = 0;
       });
   for (int r0 = 0; r0 < seq; r0 += bs) {  // Y = P V: rows [r0, r1) of P are zero from column r1 on

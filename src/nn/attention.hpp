@@ -47,6 +47,10 @@ void attention_backward(const ExecSpace& exec, const MatrixU<const T>& qkv,
 /// rows of hd, laid out as the products' packed copies of the fused matrix's slices were (so
 /// the same products, the same bits).
 void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const float>& qkv, int heads, int seq, std::uint16_t* out);
+/// \brief The same from qkv in bf16 already (the product stored it so): the head blocks are a
+/// copy of its elements.
+void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const std::uint16_t>& qkv, int heads, int seq,
+                 std::uint16_t* out);
 
 /// \brief The attention under bf16 operands (blas::bf16_operands()), bf16 from end to end: q, k
 /// and v from qkv_to_bf16's head blocks, y16 (B*T, C) and att16 (B, heads, T, T: the

@@ -230,17 +230,19 @@ void Gpt<T>::add_slot() {
     const auto Cl = C / static_cast<std::size_t>(part_.tp);
     if (part_.recompute) work_ = make_acts("recompute");
     dres_ = alloc_matrix<T>("dres", n, C);
-    dln_ = alloc_matrix<T>("dln", n, C);
     d1_ = alloc_matrix<T>("d1", n, C);
-    dqkv_ = alloc_matrix<T>("dqkv", n, 3 * Cl);  // under bf16: the qkv product's fp32 output
-    dy_ = alloc_matrix<T>("dy", n, Cl);
-    dh_ = alloc_matrix<T>("dh", n, 4 * Cl);
     if (bf16_acts_) {
       dh16_ = alloc_matrix<std::uint16_t>("dh (bf16)", n, 4 * Cl);
       dy16_ = alloc_matrix<std::uint16_t>("dy (bf16)", n, Cl);
       dqkv16_ = alloc_matrix<std::uint16_t>("dqkv (bf16)", n, 3 * Cl);
       dscores16_ = scores<std::uint16_t>("dscores (bf16)");
+      if (part_.tp > 1) dln_ = alloc_matrix<T>("dln", n, C);
+      else dln16_ = alloc_matrix<std::uint16_t>("dln (bf16)", n, C);
     } else {
+      dln_ = alloc_matrix<T>("dln", n, C);
+      dqkv_ = alloc_matrix<T>("dqkv", n, 3 * Cl);
+      dy_ = alloc_matrix<T>("dy", n, Cl);
+      dh_ = alloc_matrix<T>("dh", n, 4 * Cl);
       dscores_ = scores<T>("dscores");
     }
     dhf_ = alloc_matrix<T>("dhf", n, C);
@@ -252,7 +254,8 @@ template <class T>
 void Gpt<T>::clear_slots() {
   slots_.clear();
   work_ = Acts{};
-  dh16_ = dy16_ = dqkv16_ = Matrix<std::uint16_t>();
+  dh16_ = dy16_ = dqkv16_ = dln16_ = Matrix<std::uint16_t>();
+  dln_ = dqkv_ = dy_ = dh_ = Matrix<T>();
   dscores_ = {};
   dscores16_ = {};
 }
@@ -359,13 +362,20 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
   // The biases of proj, fc and mproj come in the kernels after their products (one pass
   // fewer over each output).
   if constexpr (std::is_same_v<A, std::uint16_t>) {
-    // qkv lands in fp32 scratch (backward's dqkv, free until then) and is kept as bf16 head
-    // blocks; the attention runs in bf16 and its output y is proj's bf16 input.
-    const MatrixU<T> qkv32 = r(dqkv_);
-    linear_forward(exec, b.qkv, ln1, qkv32, part_.tensor_sum);
-    qkv_to_bf16(exec, qkv32, heads_local_, shape_.context, a.qkv16.data());
+    // In bf16 from LayerNorm to the residual stream: the products store their outputs in bf16
+    // (rounded once, as the float products' were) in backward's bf16 buffers, free until then:
+    // qkv (its bias in the product) in dqkv16_, copied into head blocks; proj's and mproj's
+    // products in dy16_; fc's in dh16_.
+    const MatrixU<std::uint16_t> qkv16 = r(dqkv16_), fc16 = r(dh16_);
+    b.qkv.forward_bf16(exec, Bf16Matrix(ln1), qkv16);
+    qkv_to_bf16(exec, Bf16Matrix(qkv16), heads_local_, shape_.context, a.qkv16.data());
     attention_forward_bf16(exec, a.qkv16.data(), y, batch_scores(a.att16, batch));
-    b.proj.forward_bf16(exec, Bf16Matrix(y), x1, part_.tensor_sum, Linear<T>::Bias::caller);
+    residual_forward_bf16(exec, b.proj, Bf16Matrix(y), x, x1, r(dy16_));
+    kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
+                               ln2, first(a.mean2, std::size_t(tokens)), first(a.rstd2, std::size_t(tokens)));
+    b.fc.forward_bf16(exec, Bf16Matrix(ln2), fc16, Linear<T>::Bias::caller);
+    kernels::gelu_forward_saving_derivative(exec, store_->value(b.fc.bias_index()), fc16, h, fc);
+    residual_forward_bf16(exec, b.mproj, Bf16Matrix(h), MatrixU<const T>(x1), out, r(dy16_));
   } else {
     const MatrixU<T> qkv = r(a.qkv);
     const AttU<T> att = batch_scores(a.att, batch);
@@ -373,15 +383,29 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
     if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
     else attention_forward<T>(exec, qkv, y, att);
     b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
+    kernels::bias_residual_add(exec, store_->value(b.proj.bias_index()), x, x1);
+    kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
+                               ln2, first(a.mean2, std::size_t(tokens)), first(a.rstd2, std::size_t(tokens)));
+    linear_forward(exec, b.fc, ln2, fc, part_.tensor_sum, Linear<T>::Bias::caller);
+    kernels::gelu_forward_saving_derivative(exec, store_->value(b.fc.bias_index()), fc, h,
+                                            fc);  // fc: gelu' from here on
+    linear_forward(exec, b.mproj, h, out, part_.tensor_sum, Linear<T>::Bias::caller);
+    kernels::bias_residual_add(exec, store_->value(b.mproj.bias_index()), x1, out);
   }
-  kernels::bias_residual_add(exec, store_->value(b.proj.bias_index()), x, x1);
-  kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
-                             ln2, first(a.mean2, std::size_t(tokens)), first(a.rstd2, std::size_t(tokens)));
-  linear_forward(exec, b.fc, ln2, fc, part_.tensor_sum, Linear<T>::Bias::caller);
-  kernels::gelu_forward_saving_derivative(exec, store_->value(b.fc.bias_index()), fc, h,
-                                          fc);  // fc: gelu' from here on
-  linear_forward(exec, b.mproj, h, out, part_.tensor_sum, Linear<T>::Bias::caller);
-  kernels::bias_residual_add(exec, store_->value(b.mproj.bias_index()), x1, out);
+}
+
+template <class T>
+void Gpt<T>::residual_forward_bf16(const ExecSpace& exec, const Linear<T>& l, const Bf16Matrix& in,
+                                   const MatrixU<const T>& res, const MatrixU<T>& out,
+                                   const MatrixU<std::uint16_t>& scratch) const {
+  const auto bias = store_->value(l.bias_index());
+  if (l.split() == Split::row) {  // a partial product, summed over the tensor group in fp32
+    l.forward_bf16(exec, in, out, part_.tensor_sum, Linear<T>::Bias::caller);
+    kernels::bias_residual_add(exec, bias, res, out);
+  } else {
+    l.forward_bf16(exec, in, scratch, Linear<T>::Bias::caller);
+    kernels::bias_residual_add(exec, bias, res, scratch, out);
+  }
 }
 
 template <class T>
@@ -391,40 +415,60 @@ void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const Matr
   // dres: the gradient of the block's output in, of its input out.
   const int batch = tokens / shape_.context;
   const auto r = [&](const auto& m) { return first_rows(m, std::size_t(tokens)); };
-  const MatrixU<T> dh = r(dh_), dln = r(dln_), d1 = r(d1_), dy = r(dy_), dqkv = r(dqkv_);
-  // MLP sub-block (mproj is row-parallel: its input gradient needs no sum).
-  linear_backward(exec, b.mproj, r(pick<A>(a.h, a.h16)), dres, dh, part_.tensor_sum);
-  if constexpr (std::is_same_v<A, std::uint16_t>) {  // fc's output gradient only feeds products: bf16
-    const MatrixU<std::uint16_t> dh16 = r(dh16_);
-    kernels::gelu_backward_saved(exec, r(a.fc), dh, dh16, store_->grad(b.fc.bias_index()));  // and fc's bias
-    b.fc.backward_bf16(exec, Bf16Matrix(r(a.ln2_16)), Bf16Matrix(dh16), dln, part_.tensor_sum);
-  } else {
-    kernels::gelu_backward_saved(exec, r(a.fc), dh, dh, store_->grad(b.fc.bias_index()));  // and fc's bias
-    linear_backward(exec, b.fc, r(a.ln2), dh, dln, part_.tensor_sum, Linear<T>::Bias::caller);
-  }
-  // d1: the gradient of x1, through LayerNorm and the residual.
-  kernels::layernorm_backward(exec, r(a.x1), store_->value(b.ln2_w), first(a.mean2, std::size_t(tokens)),
-                              first(a.rstd2, std::size_t(tokens)), dln, d1, store_->grad(b.ln2_w),
-                              store_->grad(b.ln2_b), dres);
-  // Attention sub-block.
-  if constexpr (std::is_same_v<A, std::uint16_t>) {  // in bf16 from proj's input gradient to qkv's
-    const MatrixU<std::uint16_t> dy16 = r(dy16_), dqkv16 = r(dqkv16_);
-    b.proj.backward_bf16(exec, Bf16Matrix(r(a.y16)), d1, dy);
-    kernels::to_bf16(exec, MatrixU<const T>(dy), dy16);
+  const MatrixU<T> d1 = r(d1_);
+  // After each column-parallel layer (fc, qkv), the LayerNorm before it: the input gradient of
+  // the layer (dln) through the LayerNorm into dx, plus the residual stream's gradient res.
+  const auto layernorm_backward = [&](const MatrixU<const T>& in, std::size_t w, std::size_t bias, const auto& mean,
+                                      const auto& rstd, const auto& dln, const MatrixU<T>& dx, const auto& res) {
+    kernels::layernorm_backward(exec, in, store_->value(w), first(mean, std::size_t(tokens)),
+                                first(rstd, std::size_t(tokens)), dln, dx, store_->grad(w), store_->grad(bias), res);
+  };
+  if constexpr (std::is_same_v<A, std::uint16_t>) {
+    // In bf16 from the residual stream's gradient to the LayerNorms': the products store the
+    // input gradients in bf16 (a column-parallel layer's under tensor parallelism excepted: a
+    // partial sum, summed in fp32).
+    const MatrixU<std::uint16_t> dh16 = r(dh16_), dy16 = r(dy16_), dqkv16 = r(dqkv16_);
+    const auto column_backward = [&](const Linear<T>& l, const MatrixU<std::uint16_t>& in,
+                                     const MatrixU<std::uint16_t>& dout, const MatrixU<const T>& xin,
+                                     std::size_t w, std::size_t bias, const auto& mean, const auto& rstd,
+                                     const MatrixU<T>& dx, const auto& res) {
+      if (l.split() == Split::column) {
+        const MatrixU<T> dln = r(dln_);
+        l.backward_bf16(exec, Bf16Matrix(in), Bf16Matrix(dout), dln, part_.tensor_sum);
+        layernorm_backward(xin, w, bias, mean, rstd, dln, dx, res);
+      } else {
+        const MatrixU<std::uint16_t> dln16 = r(dln16_);
+        l.backward_bf16(exec, Bf16Matrix(in), Bf16Matrix(dout), dln16);
+        layernorm_backward(xin, w, bias, mean, rstd, dln16, dx, res);
+      }
+    };
+    // MLP sub-block: mproj's input gradient (row-parallel: whole), through the GELU in place (and
+    // fc's bias), fc's into d1 through the second LayerNorm and the residual.
+    b.mproj.backward_bf16(exec, Bf16Matrix(r(a.h16)), MatrixU<const T>(dres), dh16);
+    kernels::gelu_backward_saved(exec, r(a.fc), dh16, dh16, store_->grad(b.fc.bias_index()));
+    column_backward(b.fc, r(a.ln2_16), dh16, r(a.x1), b.ln2_w, b.ln2_b, a.mean2, a.rstd2, d1, dres);
+    // Attention sub-block.
+    b.proj.backward_bf16(exec, Bf16Matrix(r(a.y16)), MatrixU<const T>(d1), dy16);
     attention_backward_bf16(exec, a.qkv16.data(), batch_scores(a.att16, batch), dy16, dqkv16,
                             batch_scores(dscores16_, batch));
     kernels::bias_backward(exec, dqkv16, store_->grad(b.qkv.bias_index()));
-    b.qkv.backward_bf16(exec, Bf16Matrix(r(a.ln1_16)), Bf16Matrix(dqkv16), dln, part_.tensor_sum);
+    column_backward(b.qkv, r(a.ln1_16), dqkv16, x, b.ln1_w, b.ln1_b, a.mean1, a.rstd1, dres, d1);
   } else {
+    const MatrixU<T> dh = r(dh_), dln = r(dln_), dy = r(dy_), dqkv = r(dqkv_);
+    // MLP sub-block (mproj is row-parallel: its input gradient needs no sum).
+    linear_backward(exec, b.mproj, r(a.h), dres, dh, part_.tensor_sum);
+    kernels::gelu_backward_saved(exec, r(a.fc), dh, dh, store_->grad(b.fc.bias_index()));  // and fc's bias
+    linear_backward(exec, b.fc, r(a.ln2), dh, dln, part_.tensor_sum, Linear<T>::Bias::caller);
+    // d1: the gradient of x1, through LayerNorm and the residual.
+    layernorm_backward(r(a.x1), b.ln2_w, b.ln2_b, a.mean2, a.rstd2, dln, d1, dres);
+    // Attention sub-block.
     const AttU<T> att = batch_scores(a.att, batch), ds = batch_scores(dscores_, batch);
     b.proj.backward(exec, r(a.y), d1, dy);
     if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
     else attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
     linear_backward(exec, b.qkv, r(a.ln1), dqkv, dln, part_.tensor_sum);
+    layernorm_backward(x, b.ln1_w, b.ln1_b, a.mean1, a.rstd1, dln, dres, d1);
   }
-  kernels::layernorm_backward(exec, x, store_->value(b.ln1_w), first(a.mean1, std::size_t(tokens)),
-                              first(a.rstd1, std::size_t(tokens)), dln, dres, store_->grad(b.ln1_w),
-                              store_->grad(b.ln1_b), d1);
 }
 
 template <class T>

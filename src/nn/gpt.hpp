@@ -147,6 +147,12 @@ class Gpt : public Network<T> {
   template <class A>
   void block_backward_as(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
                          const Acts& a, int tokens, const MatrixU<T>& dres) const;
+  /// Under bf16 activations, out = res + b + in W^T of a layer on the residual stream (proj,
+  /// mproj): the product stored in bf16 in scratch, or, row-parallel, in fp32 in out to be summed
+  /// over the tensor group.
+  void residual_forward_bf16(const ExecSpace& exec, const Linear<T>& l, const Bf16Matrix& in,
+                             const MatrixU<const T>& res, const MatrixU<T>& out,
+                             const MatrixU<std::uint16_t>& scratch) const;
   void head_backward(const ExecSpace& exec, const Slot& s, int tokens) const;
   /// The head's weight as the products read it: its bf16 copy or its values (float models).
   blas::Operand head_weight_operand(const ExecSpace& exec) const;
@@ -178,8 +184,10 @@ class Gpt : public Network<T> {
   Matrix<T> dres_, dln_, d1_, dqkv_, dy_, dh_, dhf_;
   // Under bf16 activations, what only products (and the bf16 attention) read: fc's output
   // gradient, the attention's output gradient, qkv's gradient, the scores' gradient (in place of
-  // dscores_).
-  Matrix<std::uint16_t> dh16_, dy16_, dqkv16_;
+  // dscores_), and the LayerNorms' output gradients (dln_ where a tensor group sums them).
+  // Forward stores its products' outputs in the first three. dln_ is fp32; dh_, dy_ and dqkv_
+  // are not made.
+  Matrix<std::uint16_t> dh16_, dy16_, dqkv16_, dln16_;
   Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> dscores_;
   Kokkos::View<std::uint16_t****, Kokkos::LayoutRight, MemSpace> dscores16_;
   Vector<T> xent_;  // loss: per-row (max, sum) of every tensor rank, then the target logits

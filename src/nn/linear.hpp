@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -121,6 +122,21 @@ class Linear {
     forward_product(exec, int(x.extent(0)), nullptr, x.data(), ld(x), y, who);
   }
 
+  /// \brief forward_bf16() with y stored in bf16 (blas::gemm with a bf16 C: the product, and
+  /// with Bias::layer the bias added to its fp32 sums, rounded once as the product stores it), for
+  /// a consumer that reads bf16. A row-parallel layer's output is a partial sum over the tensor
+  /// group, summed in fp32: not for one (std::logic_error).
+  void forward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const MatrixU<std::uint16_t>& y,
+                    Bias who = Bias::layer) const {
+    check_shape("forward: x", x, int(x.extent(0)), in_);
+    check_shape("forward: y", y, int(x.extent(0)), out_);
+    if (split_ == Split::row)
+      throw std::logic_error("tessera::nn::Linear::forward_bf16: a bf16 output of a row-parallel layer");
+    product_bf16(exec, blas::Op::N, blas::Op::T, int(x.extent(0)), out_, in_, In{nullptr, x.data(), ld(x)},
+                 In{nullptr, nullptr, 0}, who == Bias::layer ? store_->value(bias_).data() : nullptr, y.data(),
+                 ld(y));
+  }
+
   /// \brief y += b (row-parallel layers, after the sum over the tensor group).
   void add_bias(const ExecSpace& exec, const MatrixU<T>& y) const {
     kernels::bias_add(exec, store_->value(bias_), y);
@@ -167,6 +183,24 @@ class Linear {
     complete_backward(exec, dx, sum);
   }
 
+  /// \brief backward_bf16() with dx stored in bf16 (blas::gemm with a bf16 C), for a consumer
+  /// that reads bf16; dy in fp32 (the bias gradient as backward's) or bf16 (the caller's, as
+  /// above). A column-parallel layer's dx is a partial sum over the tensor group, summed in fp32:
+  /// not for one (std::logic_error).
+  void backward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const MatrixU<const T>& dy,
+                     const MatrixU<std::uint16_t>& dx, Bias who = Bias::layer) const {
+    check_shape("backward: x", x, int(x.extent(0)), in_);
+    check_shape("backward: dy", dy, int(x.extent(0)), out_);
+    if (who == Bias::layer) kernels::bias_backward(exec, dy, store_->grad(bias_));
+    backward_products_bf16(exec, int(x.extent(0)), In{nullptr, x.data(), ld(x)}, In{dy.data(), nullptr, ld(dy)}, dx);
+  }
+  void backward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const Bf16Matrix& dy,
+                     const MatrixU<std::uint16_t>& dx) const {
+    check_shape("backward: x", x, int(x.extent(0)), in_);
+    check_shape("backward: dy", dy, int(x.extent(0)), out_);
+    backward_products_bf16(exec, int(x.extent(0)), In{nullptr, x.data(), ld(x)}, In{nullptr, dy.data(), ld(dy)}, dx);
+  }
+
   /// \brief dW += dy^T x, db += colsum(dy) (both accumulate, for micro-batches; db only with
   /// Bias::layer), and dx = dy W when dx is not empty (dx is overwritten).
   /// x (B,in), dy (B,out), dx (B,in).
@@ -208,17 +242,20 @@ class Linear {
     int ld;
   };
 
+  /// The product's B as blas::Operand: b, or the weight where b is {} (its bf16 copy or its values).
+  blas::Operand operand_b(const ExecSpace& exec, const In& b) const {
+    if (b.t != nullptr || b.b16 != nullptr) return blas::Operand{b.t, b.b16, b.ld};
+    if (bf16_weights(*store_)) return blas::Operand{nullptr, store_->bf16_value(exec, weight_), in_};
+    return blas::Operand{store_->value_matrix(weight_).data(), nullptr, in_};
+  }
+
   /// C = op(A) op(B) + beta C, B the weight where b is {} (its bf16 copy or its values).
   void product(const ExecSpace& exec, blas::Op ta, blas::Op tb, int m, int n, int k, const In& a, const In& b,
                T beta, T* C, int ldc) const {
     const bool weight = b.t == nullptr && b.b16 == nullptr;
     if constexpr (std::is_same_v<T, float>) {
-      const bool bf16w = weight && bf16_weights(*store_);
-      if (a.b16 != nullptr || b.b16 != nullptr || bf16w) {
-        const blas::Operand bo = !weight ? blas::Operand{b.t, b.b16, b.ld}
-                                 : bf16w ? blas::Operand{nullptr, store_->bf16_value(exec, weight_), in_}
-                                         : blas::Operand{store_->value_matrix(weight_).data(), nullptr, in_};
-        blas::gemm(exec, ta, tb, m, n, k, 1.0f, blas::Operand{a.t, a.b16, a.ld}, bo, beta, C, ldc);
+      if (a.b16 != nullptr || b.b16 != nullptr || (weight && bf16_weights(*store_))) {
+        blas::gemm(exec, ta, tb, m, n, k, 1.0f, blas::Operand{a.t, a.b16, a.ld}, operand_b(exec, b), beta, C, ldc);
         return;
       }
     }
@@ -247,6 +284,28 @@ class Linear {
       product(exec, blas::Op::N, blas::Op::N, batch, in_, out_, dy, In{nullptr, nullptr, 0}, T(0), dx.data(),
               ld(dx));
     }
+  }
+
+  /// C (bf16) = op(A) op(B) + bias (nullptr: none), B as product()'s. Float layers only.
+  void product_bf16(const ExecSpace& exec, blas::Op ta, blas::Op tb, int m, int n, int k, const In& a, const In& b,
+                    const T* bias, std::uint16_t* C, int ldc) const {
+    if constexpr (std::is_same_v<T, float>) {
+      blas::gemm(exec, ta, tb, m, n, k, 1.0f, blas::Operand{a.t, a.b16, a.ld}, operand_b(exec, b), C, ldc, bias);
+    } else {
+      throw std::logic_error("tessera::nn::Linear: bf16 outputs of a layer that is not float");
+    }
+  }
+
+  /// dW += dy^T x and dx (bf16) = dy W, for a layer whose dx needs no sum.
+  void backward_products_bf16(const ExecSpace& exec, int batch, const In& x, const In& dy,
+                              const MatrixU<std::uint16_t>& dx) const {
+    check_shape("backward: dx", dx, batch, in_);
+    if (split_ == Split::column)
+      throw std::logic_error("tessera::nn::Linear::backward_bf16: a bf16 input gradient of a column-parallel layer");
+    const MatrixU<T> dw = store_->grad_matrix(weight_);
+    product(exec, blas::Op::T, blas::Op::N, out_, in_, batch, dy, x, T(1), dw.data(), in_);
+    product_bf16(exec, blas::Op::N, blas::Op::N, batch, in_, out_, dy, In{nullptr, nullptr, 0}, nullptr, dx.data(),
+                 ld(dx));
   }
 
   template <class View>

@@ -495,4 +495,70 @@ TEST(GemmPrecision, BatchedBf16ProductsEqualEachItems) {
   }
 }
 
+// gemm with a bf16 C (the GPT's activations under bf16): each element is the fp32 sum plus the
+// bias, rounded to bf16 once; against double sums exactly through the stand-in sbgemm (fp32
+// scratch, then bias and rounding), within a bf16 step through oneDNN (the primitive adds the
+// bias and rounds as it stores). The padding of C is left alone; k = 0 stores the bias; a bias
+// with alpha != 1 is refused.
+TEST(GemmPrecision, Bf16OutputAddsTheBiasAndRoundsOnce) {
+  if (!kHostMemory) GTEST_SKIP() << "bf16 operands are a host path";
+  MatmulPrecision bf16(Precision::bf16);
+  InstalledSbgemm installed(&reference_sbgemm);
+  const std::uint16_t untouched = k::to_bf16_bits(-7.0f);
+  for (GemmLibrary lib : libraries()) {
+    GemmLibraryScope scope(lib);
+    if (!blas::bf16_operands()) continue;
+    const bool exact = blas::lowp_path(Precision::bf16) == std::string("bf16 GEMM installed by cblas::set_sbgemm");
+    for (Op ta : {Op::N, Op::T}) {
+      for (Op tb : {Op::N, Op::T}) {
+        for (bool with_bias : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << gemm_library_name(lib) << " ta=" << op_name(ta)
+                                            << " tb=" << op_name(tb) << " bias=" << with_bias);
+          const int m = 19, n = 23, kk = 37, ldc = n + 3;
+          const float alpha = with_bias ? 1.0f : -0.5f;
+          const int lda = (ta == Op::N ? kk : m) + 1, ldb = (tb == Op::N ? n : kk) + 2;
+          const std::vector<std::uint16_t> a16 =
+              bf16_bits(test::random_vector<float>(std::size_t(ta == Op::N ? m : kk) * lda, 61, -2, 2));
+          const std::vector<std::uint16_t> b16 =
+              bf16_bits(test::random_vector<float>(std::size_t(tb == Op::N ? kk : n) * ldb, 62, -2, 2));
+          const std::vector<float> bias = test::random_vector<float>(std::size_t(n), 63, -3, 3);
+          auto d_a = test::to_device(a16), d_b = test::to_device(b16);
+          auto d_bias = test::to_device(bias);
+          auto d_c = test::to_device(std::vector<std::uint16_t>(std::size_t(m) * ldc, untouched));
+          blas::gemm(ExecSpace(), ta, tb, m, n, kk, alpha, blas::Operand{nullptr, d_a.data(), lda},
+                     blas::Operand{nullptr, d_b.data(), ldb}, d_c.data(), ldc, with_bias ? d_bias.data() : nullptr);
+          const std::vector<std::uint16_t> c = test::to_host(d_c);
+          for (int r = 0; r < m; ++r) {
+            for (int j = 0; j < ldc; ++j) {
+              const std::uint16_t got16 = c[std::size_t(r) * ldc + j];
+              if (j >= n) {
+                ASSERT_EQ(got16, untouched) << "padding (" << r << "," << j << ")";
+                continue;
+              }
+              double sum = 0.0;
+              for (int q = 0; q < kk; ++q)
+                sum += double(k::from_bf16_bits(ta == Op::N ? a16[r * lda + q] : a16[q * lda + r])) *
+                       double(k::from_bf16_bits(tb == Op::N ? b16[q * ldb + j] : b16[j * ldb + q]));
+              const float want = k::round_bf16(float(double(alpha) * sum) + (with_bias ? bias[j] : 0.0f));
+              const float got = k::from_bf16_bits(got16);
+              if (exact) ASSERT_EQ(got, want) << "(" << r << "," << j << ")";
+              else ASSERT_NEAR(got, want, std::ldexp(std::fabs(want), -7) + 1e-5) << "(" << r << "," << j << ")";
+            }
+          }
+        }
+      }
+    }
+    const std::uint16_t one = k::to_bf16_bits(1.0f);
+    const float bias[2] = {0.3f, -2.5f};
+    std::uint16_t c2[2] = {untouched, untouched};
+    blas::gemm(ExecSpace(), Op::N, Op::N, 1, 2, 0, 1.0f, blas::Operand{nullptr, &one, 1},
+               blas::Operand{nullptr, &one, 2}, c2, 2, bias);
+    EXPECT_EQ(c2[0], k::to_bf16_bits(0.3f));
+    EXPECT_EQ(c2[1], k::to_bf16_bits(-2.5f));
+    EXPECT_THROW(blas::gemm(ExecSpace(), Op::N, Op::N, 1, 2, 1, 2.0f, blas::Operand{nullptr, &one, 1},
+                            blas::Operand{nullptr, &one, 2}, c2, 2, bias),
+                 std::invalid_argument);
+  }
+}
+
 }  // namespace
