@@ -408,6 +408,17 @@ TEST(GemmPrecision, Bf16OperandsGiveTheFloatGemmsBits) {
                std::invalid_argument);
 }
 
+/// Runs f(library, exact) under each GEMM library whose products take bf16 operands here; exact:
+/// the stand-in sbgemm runs them (its sums exact in double), else oneDNN (a bf16 step at most).
+template <class F>
+void each_bf16_library(const F& f) {
+  for (GemmLibrary lib : libraries()) {
+    GemmLibraryScope scope(lib);
+    if (!blas::bf16_operands()) continue;
+    f(lib, blas::lowp_path(Precision::bf16) == std::string("bf16 GEMM installed by cblas::set_sbgemm"));
+  }
+}
+
 // gemm_batched: a batch over two nested indices with strides of their own (a gap between items,
 // the inner items of A side by side in shared rows as the attention's head slices are) gives each item's product
 // of the bf16 values, rounded to bf16: against double sums, one bf16 step at most (fp32 sums may
@@ -424,10 +435,7 @@ TEST(GemmPrecision, BatchedBf16ProductsEqualEachItems) {
   }
   MatmulPrecision bf16(Precision::bf16);
   InstalledSbgemm installed(&reference_sbgemm);
-  for (GemmLibrary lib : libraries()) {
-    GemmLibraryScope scope(lib);
-    if (!blas::bf16_operands()) continue;
-    const bool exact = blas::lowp_path(Precision::bf16) == std::string("bf16 GEMM installed by cblas::set_sbgemm");
+  each_bf16_library([&](GemmLibrary lib, bool exact) {
     for (Op ta : {Op::N, Op::T}) {
       for (Op tb : {Op::N, Op::T}) {
         SCOPED_TRACE(::testing::Message() << gemm_library_name(lib) << " ta=" << op_name(ta) << " tb=" << op_name(tb));
@@ -492,7 +500,7 @@ TEST(GemmPrecision, BatchedBf16ProductsEqualEachItems) {
     EXPECT_THROW(blas::gemm_batched(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, &one, 1, &one, 1, c2, 1,
                                     blas::Batch{-1, 1}),
                  std::invalid_argument);
-  }
+  });
 }
 
 // gemm with a bf16 C (the GPT's activations under bf16): each element is the fp32 sum plus the
@@ -505,10 +513,7 @@ TEST(GemmPrecision, Bf16OutputAddsTheBiasAndRoundsOnce) {
   MatmulPrecision bf16(Precision::bf16);
   InstalledSbgemm installed(&reference_sbgemm);
   const std::uint16_t untouched = k::to_bf16_bits(-7.0f);
-  for (GemmLibrary lib : libraries()) {
-    GemmLibraryScope scope(lib);
-    if (!blas::bf16_operands()) continue;
-    const bool exact = blas::lowp_path(Precision::bf16) == std::string("bf16 GEMM installed by cblas::set_sbgemm");
+  each_bf16_library([&](GemmLibrary lib, bool exact) {
     for (Op ta : {Op::N, Op::T}) {
       for (Op tb : {Op::N, Op::T}) {
         for (bool with_bias : {false, true}) {
@@ -558,7 +563,7 @@ TEST(GemmPrecision, Bf16OutputAddsTheBiasAndRoundsOnce) {
     EXPECT_THROW(blas::gemm(ExecSpace(), Op::N, Op::N, 1, 2, 1, 2.0f, blas::Operand{nullptr, &one, 1},
                             blas::Operand{nullptr, &one, 2}, c2, 2, bias),
                  std::invalid_argument);
-  }
+  });
 }
 
 }  // namespace
