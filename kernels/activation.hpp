@@ -1,8 +1,9 @@
 #pragma once
 // Element-wise activations and their derivatives.
 //   relu(z) = max(z, 0);                 relu'(z) = [z > 0]
-//   gelu(z) = z/2 (1 + erf(z/sqrt 2))    (exact form, PyTorch nn.GELU's default)
-//   gelu'(z) = (1 + erf(z/sqrt 2))/2 + z exp(-z^2/2)/sqrt(2 pi)
+//   gelu(z) = z Phi(z) = z/2 (1 + erf(z/sqrt 2))   (exact form, PyTorch nn.GELU's default)
+//   gelu'(z) = Phi(z) + z exp(-z^2/2)/sqrt(2 pi)
+// In float, Phi is math::vnormal_cdf's tail form (no cancellation for negative z).
 // Backward kernels take the pre-activation z (gelu_backward_saved: the derivative its forward
 // kept), so dz may alias dy (in-place backward).
 #include "kernels/math.hpp"
@@ -25,7 +26,8 @@ KOKKOS_INLINE_FUNCTION T relu_backward_element(T z, T dy) {
 template <class T>
 KOKKOS_INLINE_FUNCTION T gelu(T z) {
   const T inv_sqrt2 = T(0.70710678118654752440);
-  return T(0.5) * z * (T(1) + math::verf(z * inv_sqrt2));
+  const T x = z * inv_sqrt2;
+  return z * math::vnormal_cdf(x, math::vexp(-x * x));
 }
 
 template <class T>
@@ -33,20 +35,20 @@ KOKKOS_INLINE_FUNCTION T gelu_backward_element(T z, T dy) {
   const T inv_sqrt2 = T(0.70710678118654752440);
   const T inv_sqrt_2pi = T(0.39894228040143267794);
   const T x = z * inv_sqrt2;
-  const T e = math::vexp(-x * x);  // exp(-z^2/2): the density's and, for float, erf's
-  const T cdf = T(0.5) * (T(1) + math::verf(x, e));
+  const T e = math::vexp(-x * x);  // exp(-z^2/2): the density's and, for float, the cdf's
+  const T cdf = math::vnormal_cdf(x, e);
   const T pdf = inv_sqrt_2pi * e;
   return dy * (cdf + z * pdf);
 }
 
-/// \brief gelu(z) and gelu'(z) together (one erf and one exp for both).
+/// \brief gelu(z) and gelu'(z) together (one exp for both; y bitwise gelu(z)).
 template <class T>
 KOKKOS_INLINE_FUNCTION void gelu_with_derivative(T z, T& y, T& dydz) {
   const T inv_sqrt2 = T(0.70710678118654752440);
   const T inv_sqrt_2pi = T(0.39894228040143267794);
   const T x = z * inv_sqrt2;
   const T e = math::vexp(-x * x);
-  const T cdf = T(0.5) * (T(1) + math::verf(x, e));
+  const T cdf = math::vnormal_cdf(x, e);
   y = z * cdf;
   dydz = cdf + z * (inv_sqrt_2pi * e);
 }
