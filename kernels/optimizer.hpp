@@ -4,8 +4,11 @@
 // optimizer state are laid out alike (one flat buffer per model, see nn/param_store.hpp).
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/math.hpp"
+#include "kernels/precision.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera::kernels {
@@ -16,6 +19,35 @@ struct SgdHyper {
   double weight_decay = 0.0;
   bool nesterov = false;
 };
+
+/// \brief What an update does in the same pass besides the step: each gradient is multiplied
+/// by grad_factor first (clipping, undoing a loss scale; AdamW gets the bits a separate
+/// kernels::scale pass would give, SGD's weight-decay sum may fuse the product into an FMA), and
+/// where bf16 is not empty (as long as p) each updated
+/// parameter is written there rounded to bf16 (the weights' copies that bf16 products read), so
+/// that neither costs a pass of its own over the whole model.
+struct UpdateExtras {
+  double grad_factor = 1.0;
+  VectorU<std::uint16_t> bf16;
+};
+
+/// \brief Runs element(i, p(i)) for every i, then, where extras.bf16 is not empty, stores p(i)
+/// rounded to bf16 there; the loop is written twice so that neither tests the option per element.
+template <class PView, class F>
+void update_pass(const ExecSpace& exec, const char* name, const PView& p, const UpdateExtras& x, const F& element) {
+  if (x.bf16.extent(0) > 0 && x.bf16.extent(0) != p.extent(0))
+    throw std::invalid_argument(std::string(name) + ": bf16 copies of " + std::to_string(x.bf16.extent(0)) +
+                                " elements for " + std::to_string(p.extent(0)) + " parameters");
+  if (x.bf16.extent(0) > 0) {
+    const VectorU<std::uint16_t> out = x.bf16;
+    Kokkos::parallel_for(name, range(exec, Index(p.extent(0))), KOKKOS_LAMBDA(const Index i) {
+      element(i);
+      out(i) = to_bf16_bits(p(i));
+    });
+  } else {
+    Kokkos::parallel_for(name, range(exec, Index(p.extent(0))), KOKKOS_LAMBDA(const Index i) { element(i); });
+  }
+}
 
 struct AdamWHyper {
   double lr = 0.0;
@@ -42,9 +74,9 @@ KOKKOS_INLINE_FUNCTION void sgd_element(T& p, T grad, T& buf, T lr, T momentum, 
 /// \brief SGD step.  p (n), grad (n), buf (n) momentum buffer (may be empty when momentum == 0).
 template <class PView, class GView, class BView>
 void sgd_step(const ExecSpace& exec, const PView& p, const GView& grad, const BView& buf,
-              const SgdHyper& h) {
+              const SgdHyper& h, const UpdateExtras& extras = {}) {
   using T = typename PView::non_const_value_type;
-  const T lr = T(h.lr), momentum = T(h.momentum), wd = T(h.weight_decay);
+  const T lr = T(h.lr), momentum = T(h.momentum), wd = T(h.weight_decay), gf = T(extras.grad_factor);
   const bool nesterov = h.nesterov;
   if (momentum != T(0) && buf.extent(0) != p.extent(0)) {
     throw std::invalid_argument("tessera::sgd_step: momentum buffer has " +
@@ -52,16 +84,14 @@ void sgd_step(const ExecSpace& exec, const PView& p, const GView& grad, const BV
                                 std::to_string(p.extent(0)));
   }
   if (momentum != T(0)) {
-    Kokkos::parallel_for("tessera::sgd_step", range(exec, Index(p.extent(0))),
-                         KOKKOS_LAMBDA(const Index i) {
-                           sgd_element(p(i), T(grad(i)), buf(i), lr, momentum, wd, nesterov);
-                         });
+    update_pass(exec, "tessera::sgd_step", p, extras, KOKKOS_LAMBDA(const Index i) {
+      sgd_element(p(i), T(grad(i)) * gf, buf(i), lr, momentum, wd, nesterov);
+    });
   } else {
-    Kokkos::parallel_for("tessera::sgd_step", range(exec, Index(p.extent(0))),
-                         KOKKOS_LAMBDA(const Index i) {
-                           T unused = T(0);
-                           sgd_element(p(i), T(grad(i)), unused, lr, T(0), wd, false);
-                         });
+    update_pass(exec, "tessera::sgd_step", p, extras, KOKKOS_LAMBDA(const Index i) {
+      T unused = T(0);
+      sgd_element(p(i), T(grad(i)) * gf, unused, lr, T(0), wd, false);
+    });
   }
 }
 
@@ -81,19 +111,17 @@ KOKKOS_INLINE_FUNCTION void adamw_element(T& p, T g, T& m, T& v, T lr, T b1, T b
 /// p (n), grad (n), m (n) first moment, v (n) second moment; m and v start at 0.
 template <class PView, class GView, class MView, class VView>
 void adamw_step(const ExecSpace& exec, const PView& p, const GView& grad, const MView& m,
-                const VView& v, const AdamWHyper& h, std::int64_t step) {
+                const VView& v, const AdamWHyper& h, std::int64_t step, const UpdateExtras& extras = {}) {
   using T = typename PView::non_const_value_type;
   if (step < 1) throw std::invalid_argument("tessera::adamw_step: step counts from 1");
   // Bias corrections on the host, in double.
   const double bc1 = 1.0 - std::pow(h.beta1, double(step));
   const double bc2 = 1.0 - std::pow(h.beta2, double(step));
   const T lr = T(h.lr), b1 = T(h.beta1), b2 = T(h.beta2), eps = T(h.eps), wd = T(h.weight_decay);
-  const T step_size = T(h.lr / bc1), sqrt_bc2 = T(std::sqrt(bc2));
-  Kokkos::parallel_for("tessera::adamw_step", range(exec, Index(p.extent(0))),
-                       KOKKOS_LAMBDA(const Index i) {
-                         adamw_element(p(i), T(grad(i)), m(i), v(i), lr, b1, b2, eps, wd,
-                                       step_size, sqrt_bc2);
-                       });
+  const T step_size = T(h.lr / bc1), sqrt_bc2 = T(std::sqrt(bc2)), gf = T(extras.grad_factor);
+  update_pass(exec, "tessera::adamw_step", p, extras, KOKKOS_LAMBDA(const Index i) {
+    adamw_element(p(i), T(grad(i)) * gf, m(i), v(i), lr, b1, b2, eps, wd, step_size, sqrt_bc2);
+  });
 }
 
 }  // namespace tessera::kernels

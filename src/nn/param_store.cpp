@@ -273,6 +273,18 @@ const std::uint16_t* ParamStore<T>::bf16_value(const ExecSpace& exec, std::size_
 }
 
 template <class T>
+VectorU<std::uint16_t> ParamStore<T>::bf16_copies() const {
+  if (bf16_values_.data() == nullptr) return {};
+  return VectorU<std::uint16_t>(bf16_values_.data(), size_);
+}
+
+template <class T>
+void ParamStore<T>::bf16_copies_written() {
+  if (bf16_values_.data() == nullptr) throw std::logic_error("tessera::ParamStore::bf16_copies_written without copies");
+  bf16_made_.assign(infos_.size(), values_version_);
+}
+
+template <class T>
 void ParamStore<T>::attach_grads(std::size_t b, T* base) {
   if (storage_.full_grads) throw std::logic_error("tessera::ParamStore::attach_grads with full gradients");
   grad_base_.at(b) = base;

@@ -156,6 +156,13 @@ class ParamStore {
   /// of all parameters take 2 bytes an element (counted as parameter memory), allocated at the
   /// first call. Float stores only (std::logic_error otherwise).
   const std::uint16_t* bf16_value(const ExecSpace& exec, std::size_t i);
+  /// \brief For an update that writes every parameter's bf16 copy in the pass that writes its
+  /// values (kernels::UpdateExtras): the copies' whole buffer, laid out as values() (size()
+  /// elements), or an empty view where no copy was asked for yet (a model without bf16 products
+  /// never has them). After writing it, call values_changed() and then bf16_copies_written().
+  VectorU<std::uint16_t> bf16_copies() const;
+  /// \brief Says that bf16_copies() holds every parameter's current values rounded to bf16.
+  void bf16_copies_written();
 
   /// \brief Points bucket b's values (or gradients) at `base` (bucket.length elements), or
   /// detaches them with nullptr. Only where the storage leaves that buffer out.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "kernels/optimizer.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera {
@@ -17,8 +18,10 @@ class Optimizer {
   /// \brief A step in pieces: begin_step() counts it (AdamW's bias correction uses the count),
   /// then update() for each piece; a piece's state is the state's elements from state_offset on.
   void begin_step() { ++steps_; }
+  /// `extras`: a factor on the gradients and the bf16 copies written in the same pass
+  /// (kernels::UpdateExtras).
   void update(const ExecSpace& exec, VectorU<float> params, VectorU<float> grads, double lr,
-              std::size_t state_offset);
+              std::size_t state_offset, const kernels::UpdateExtras& extras = {});
 
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t s) { steps_ = s; }

@@ -281,20 +281,26 @@ double DataParallel::finish_step(const ExecSpace& exec, double lr, double grad_s
     last_update_s_ = 0.0;
     return norm;
   }
-  // One pass: undo the loss scale and clip.
+  // The update's own pass undoes the loss scale and clips (a factor on each gradient), and where
+  // it covers the whole flat buffer (the state not sharded) also writes the weights' bf16 copies
+  // that the next step's products read; sharded updates leave them to be made at first use, after
+  // the values are gathered.
   const double clip = cfg_.optimizer.clip_grad_norm;
-  double factor = 1.0 / grad_scale;
-  if (clip > 0.0 && std::isfinite(norm) && norm > clip) factor *= clip / (norm + 1e-6);
-  if (factor != 1.0) kernels::scale(exec, sharding_.reduced_all(), static_cast<float>(factor));
+  kernels::UpdateExtras extras{1.0 / grad_scale, {}};
+  if (clip > 0.0 && std::isfinite(norm) && norm > clip) extras.grad_factor *= clip / (norm + 1e-6);
+  const std::vector<Sharding::UpdateSpan> spans = sharding_.update_spans();
+  const bool whole = spans.size() == 1 && spans[0].values == store_.values().data() && spans[0].n == store_.size();
+  if (whole) extras.bf16 = store_.bf16_copies();
 
   opt_.begin_step();
-  for (const auto& span : sharding_.update_spans())
+  for (const auto& span : spans)
     opt_.update(exec, VectorU<float>(span.values, span.n), VectorU<float>(span.grads, span.n), lr,
-                span.state_offset);
+                span.state_offset, extras);
   exec.fence();
   const double t2 = StepTimer::now();
   sharding_.after_update(exec);
-  store_.values_changed();  // the bf16 copies of the weights (ParamStore::bf16_value) are stale
+  store_.values_changed();  // the bf16 copies of the weights (ParamStore::bf16_value) are stale...
+  if (extras.bf16.extent(0) > 0) store_.bf16_copies_written();  // ...unless the update wrote them
   const double t3 = StepTimer::now();
   last_comm_s_ = (t1 - t0) + (t3 - t2);
   last_update_s_ = t2 - t1;

@@ -157,8 +157,6 @@ VectorU<float> Sharding::reduced(std::size_t b) const {
   return VectorU<float>(store_->grads().data() + bucket.offset, bucket.length);
 }
 
-Vector<float> Sharding::reduced_all() const { return state_sharded_ ? grad_shard_ : store_->grads(); }
-
 double Sharding::grad_squares(const ExecSpace& exec, bool tensor_root) const {
   const auto& infos = store_->infos();
   const auto counted = [&](std::size_t i) {

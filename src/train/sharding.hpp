@@ -121,8 +121,6 @@ class Sharding {
   void exchanged(const ExecSpace& exec, std::size_t b);
   /// \brief Bucket b's reduced gradient as this rank holds it (the whole bucket or its chunk).
   VectorU<float> reduced(std::size_t b) const;
-  /// \brief Every reduced gradient this rank holds (the full buffer or its shard).
-  Vector<float> reduced_all() const;
   /// \brief The sum of squares of the logical gradients: every parameter's once. The part this
   /// rank holds summed over the sharding group; a block every tensor rank holds counted on
   /// tensor rank 0, a tied copy not at all. Collective over group() where the gradients are

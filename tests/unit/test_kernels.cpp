@@ -329,6 +329,49 @@ TYPED_TEST(KernelTest, AdamWMatchesPyTorchFormulasOverSteps) {
   EXPECT_THROW(kernels::adamw_step(ExecSpace(), d_p, d_p, d_m, d_v, h, 0), std::invalid_argument);
 }
 
+// The update's extras (a factor on the gradients, the bf16 copies of the updated parameters)
+// give what a separate scaling pass, the step and a separate rounding pass give: bit for bit for
+// AdamW; SGD's g = grad * factor + wd * p may become one FMA, so within a rounding of it.
+TEST(UpdateExtras, EqualSeparatePasses) {
+  const std::size_t n = 1031;
+  const float factor = 0.37f;
+  kernels::AdamWHyper ha;
+  ha.lr = 3e-3;
+  ha.weight_decay = 0.1;
+  kernels::SgdHyper hs;
+  hs.lr = 0.05;
+  hs.momentum = 0.9;
+  hs.weight_decay = 1e-3;
+  for (const bool adamw : {true, false}) {
+    auto d_p = to_device(random_vector<float>(n, 31)), d_q = to_device(random_vector<float>(n, 31));
+    Vector<float> m1("m1", n), v1("v1", n), m2("m2", n), v2("v2", n);
+    Vector<std::uint16_t> copies("bf16", n);
+    for (int t = 1; t <= 3; ++t) {
+      const auto grad = random_vector<float>(n, 40 + t, -2, 2);
+      auto g1 = to_device(grad), g2 = to_device(grad);
+      // Separate passes.
+      kernels::scale(ExecSpace(), g1, factor);
+      if (adamw) kernels::adamw_step(ExecSpace(), d_p, g1, m1, v1, ha, t);
+      else kernels::sgd_step(ExecSpace(), d_p, g1, m1, hs);
+      // One pass.
+      const kernels::UpdateExtras extras{factor, copies};
+      if (adamw) kernels::adamw_step(ExecSpace(), d_q, g2, m2, v2, ha, t, extras);
+      else kernels::sgd_step(ExecSpace(), d_q, g2, m2, hs, extras);
+      const auto p = to_host(d_p), q = to_host(d_q);
+      const auto c = to_host(copies);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (adamw) ASSERT_EQ(p[i], q[i]) << "adamw step " << t << " at " << i;
+        else ASSERT_NEAR(p[i], q[i], 1e-6f * (1.0f + std::abs(p[i]))) << "sgd step " << t << " at " << i;
+        ASSERT_EQ(c[i], kernels::to_bf16_bits(q[i])) << i;
+      }
+    }
+  }
+  Vector<std::uint16_t> short_copies("bf16", n - 1);
+  Vector<float> p("p", n), g("g", n), m("m", n), v("v", n);
+  EXPECT_THROW(kernels::adamw_step(ExecSpace(), p, g, m, v, ha, 1, kernels::UpdateExtras{1.0, short_copies}),
+               std::invalid_argument);
+}
+
 // --- Reductions and conversion ---------------------------------------------------------------
 
 TYPED_TEST(KernelTest, SumSquaresScaleAllFinite) {
