@@ -53,11 +53,12 @@ KOKKOS_INLINE_FUNCTION void gelu_with_derivative(T z, T& y, T& dydz) {
   dydz = cdf + z * (inv_sqrt_2pi * e);
 }
 
-/// \brief y = relu(z).  z (n), y (n); y may alias z.
+/// \brief y = relu(z).  z (n), y (n); y may alias z. y may be a bf16 buffer (std::uint16_t bit
+/// patterns): it gets the values rounded to bf16 (kernels/precision.hpp's stored()).
 template <class ZView, class YView>
 void relu_forward(const ExecSpace& exec, const ZView& z, const YView& y) {
   Kokkos::parallel_for("tessera::relu_forward", range(exec, Index(z.extent(0))),
-                       KOKKOS_LAMBDA(const Index i) { y(i) = relu(z(i)); });
+                       KOKKOS_LAMBDA(const Index i) { stored(y(i)) = relu(z(i)); });
 }
 
 /// \brief dz = dy * relu'(z).  z (n), dy (n), dz (n); dz may alias dy.
@@ -67,11 +68,11 @@ void relu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, cons
                        KOKKOS_LAMBDA(const Index i) { dz(i) = relu_backward_element(z(i), dy(i)); });
 }
 
-/// \brief y = gelu(z).  z (n), y (n); y may alias z.
+/// \brief y = gelu(z).  z (n), y (n); y may alias z. y may be a bf16 buffer, as relu_forward's.
 template <class ZView, class YView>
 void gelu_forward(const ExecSpace& exec, const ZView& z, const YView& y) {
   Kokkos::parallel_for("tessera::gelu_forward", range(exec, Index(z.extent(0))),
-                       KOKKOS_LAMBDA(const Index i) { y(i) = gelu(z(i)); });
+                       KOKKOS_LAMBDA(const Index i) { stored(y(i)) = gelu(z(i)); });
 }
 
 /// \brief dz = dy * gelu'(z).  z (n), dy (n), dz (n); dz may alias dy.
@@ -79,6 +80,26 @@ template <class ZView, class DyView, class DzView>
 void gelu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, const DzView& dz) {
   Kokkos::parallel_for("tessera::gelu_backward", range(exec, Index(z.extent(0))),
                        KOKKOS_LAMBDA(const Index i) { dz(i) = gelu_backward_element(z(i), dy(i)); });
+}
+
+/// \brief relu_backward and gelu_backward that also write dz rounded to bf16 into dz16 (bit
+/// patterns), for a layer whose bias gradient sums the fp32 values and whose two products read
+/// bf16: one pass instead of the pass and a conversion per product.  dz16 (n).
+template <class ZView, class DyView, class DzView, class Dz16View>
+void relu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, const DzView& dz, const Dz16View& dz16) {
+  Kokkos::parallel_for("tessera::relu_backward", range(exec, Index(z.extent(0))), KOKKOS_LAMBDA(const Index i) {
+    const auto g = relu_backward_element(z(i), dy(i));
+    dz(i) = g;
+    dz16(i) = to_bf16_bits(g);
+  });
+}
+template <class ZView, class DyView, class DzView, class Dz16View>
+void gelu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, const DzView& dz, const Dz16View& dz16) {
+  Kokkos::parallel_for("tessera::gelu_backward", range(exec, Index(z.extent(0))), KOKKOS_LAMBDA(const Index i) {
+    const auto g = gelu_backward_element(z(i), dy(i));
+    dz(i) = g;
+    dz16(i) = to_bf16_bits(g);
+  });
 }
 
 /// \brief y = gelu(z + b) and d = gelu'(z + b), row by row, so that backward is one product

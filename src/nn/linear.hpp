@@ -183,6 +183,21 @@ class Linear {
     complete_backward(exec, dx, sum);
   }
 
+  /// \brief backward() with dy given twice: in fp32 (the bias gradient sums it, as backward's)
+  /// and rounded to bf16 (dy16, written by the kernel that made dy), which both products read:
+  /// the bits backward() gets by converting dy at each product, without the conversions. x in
+  /// fp32 or, in the second form, kept in bf16. Completed over the tensor group as above.
+  void backward_bf16(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<const T>& dy,
+                     const Bf16Matrix& dy16, const MatrixU<T>& dx, const TensorSum& sum) const {
+    check_shape("backward: x", x, int(x.extent(0)), in_);
+    backward_twice(exec, int(x.extent(0)), In{x.data(), nullptr, ld(x)}, dy, dy16, dx, sum);
+  }
+  void backward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const MatrixU<const T>& dy,
+                     const Bf16Matrix& dy16, const MatrixU<T>& dx, const TensorSum& sum) const {
+    check_shape("backward: x", x, int(x.extent(0)), in_);
+    backward_twice(exec, int(x.extent(0)), In{nullptr, x.data(), ld(x)}, dy, dy16, dx, sum);
+  }
+
   /// \brief backward_bf16() with dx stored in bf16 (blas::gemm with a bf16 C), for a consumer
   /// that reads bf16; dy in fp32 (the bias gradient as backward's) or bf16 (the caller's, as
   /// above). A column-parallel layer's dx is a partial sum over the tensor group, summed in fp32:
@@ -284,6 +299,16 @@ class Linear {
       product(exec, blas::Op::N, blas::Op::N, batch, in_, out_, dy, In{nullptr, nullptr, 0}, T(0), dx.data(),
               ld(dx));
     }
+  }
+
+  /// The two backward_bf16() forms with dy in fp32 and bf16.
+  void backward_twice(const ExecSpace& exec, int batch, const In& x, const MatrixU<const T>& dy,
+                      const Bf16Matrix& dy16, const MatrixU<T>& dx, const TensorSum& sum) const {
+    check_shape("backward: dy", dy, batch, out_);
+    check_shape("backward: dy16", dy16, batch, out_);
+    kernels::bias_backward(exec, dy, store_->grad(bias_));
+    backward_products(exec, batch, x, In{nullptr, dy16.data(), ld(dy16)}, dx);
+    complete_backward(exec, dx, sum);
   }
 
   /// C (bf16) = op(A) op(B) + bias (nullptr: none), B as product()'s. Float layers only.

@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
+#include "blas/gemm.hpp"
 #include "core/memory.hpp"
 #include "kernels/activation.hpp"
 
@@ -43,22 +46,38 @@ Mlp<T>::Mlp(ParamStore<T>& store, int in, std::vector<int> hidden, int out, Acti
 
 template <class T>
 void Mlp<T>::add_slot() {
+  if (slots_.empty()) bf16_acts_ = std::is_same_v<T, float> && blas::bf16_operands();
   Slot& s = slots_.emplace_back();
   const auto n_rows = static_cast<std::size_t>(this->max_batch());
-  const auto alloc = [&](const std::string& what, int width) {
-    return Matrix<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Mlp::" + what),
+  const auto alloc_of = [&]<class E>(E, const std::string& what, int width) {
+    return Matrix<E>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Mlp::" + what),
                                         Kokkos::WithoutInitializing),
                      n_rows, static_cast<std::size_t>(width));
   };
+  const auto alloc = [&](const std::string& what, int width) { return alloc_of(T(), what, width); };
   s.input = alloc("input", input_width());
   if (!first_stage()) s.dinput = alloc("dinput", input_width());
+  int widest = 0;
   for (int i = first_; i < end_; ++i) {
     const auto& layer = layers_[static_cast<std::size_t>(i - first_)];
     const std::string name = fmt::format("layers.{}", i);
     s.z.push_back(alloc(name + ".z", layer.out_features()));
-    s.a.push_back(hidden(i) ? alloc(name + ".a", layer.out_features()) : Matrix<T>());
+    s.a.push_back(hidden(i) && !kept_bf16(i) ? alloc(name + ".a", layer.out_features()) : Matrix<T>());
+    s.a16.push_back(kept_bf16(i) ? alloc_of(std::uint16_t(), name + ".a (bf16)", layer.out_features())
+                                 : Matrix<std::uint16_t>());
     s.g.push_back(alloc(name + ".grad", layer.out_features()));
+    if (hidden(i)) widest = std::max(widest, layer.out_features());
   }
+  if (bf16_acts_ && widest > 0 && g16_.data() == nullptr)
+    g16_ = alloc_of(std::uint16_t(), "dz (bf16)", widest);
+}
+
+template <class T>
+bool Mlp<T>::bf16_acts() const {
+  if (bf16_acts_ && !blas::bf16_operands())
+    throw std::logic_error("tessera::nn::Mlp: the slots hold bf16 activations, but the products no longer "
+                           "take bf16 operands (the matmul precision changed after they were made)");
+  return bf16_acts_;
 }
 
 template <class T>
@@ -91,19 +110,32 @@ void Mlp<T>::forward(const ExecSpace& exec, int slot) {
   ScopedRegion region("tessera::nn::Mlp::forward");
   const int batch = this->batch_of(slot);
   const Slot& s = slots_[static_cast<std::size_t>(slot)];
+  bf16_acts();
   MatrixU<const T> x = rows(s.input, batch);
+  Bf16Matrix x16;  // the input where the previous layer kept it in bf16
+  const auto activate = [&](const MatrixU<T>& z, const auto& a) {
+    if (act_ == Activation::relu) kernels::relu_forward(exec, flat(z), flat(a));
+    else kernels::gelu_forward(exec, flat(z), flat(a));
+  };
   for (int i = first_; i < end_; ++i) {
     const auto k = static_cast<std::size_t>(i - first_);
     const auto& layer = layers_[k];
     const MatrixU<T> z = rows(s.z[k], batch);
     if (hooks_) hooks_->before_forward(layer.unit());
-    layer.forward(exec, x, z, part_.tensor_sum);
+    if (x16.data() != nullptr) layer.forward_bf16(exec, x16, z, part_.tensor_sum);
+    else layer.forward(exec, x, z, part_.tensor_sum);
     if (hooks_) hooks_->after_forward(layer.unit());
     if (!hidden(i)) break;
-    const MatrixU<T> a = rows(s.a[k], batch);
-    if (act_ == Activation::relu) kernels::relu_forward(exec, flat(z), flat(a));
-    else kernels::gelu_forward(exec, flat(z), flat(a));
-    x = a;
+    if (kept_bf16(i)) {
+      const MatrixU<std::uint16_t> a = first_rows(s.a16[k], std::size_t(batch));
+      activate(z, a);
+      x16 = a;
+    } else {
+      const MatrixU<T> a = rows(s.a[k], batch);
+      activate(z, a);
+      x = a;
+      x16 = {};
+    }
   }
 }
 
@@ -116,17 +148,33 @@ void Mlp<T>::backward(const ExecSpace& exec, int slot) {
     const auto k = static_cast<std::size_t>(i - first_);
     const auto& layer = layers_[k];
     const MatrixU<T> g = rows(s.g[k], batch);
-    // Through the activation in place: dL/dz = act'(z) dL/da.
-    if (hidden(i)) {
+    // Through the activation in place: dL/dz = act'(z) dL/da (and in bf16 for the products).
+    const bool twice = hidden(i) && bf16_acts_;
+    const MatrixU<std::uint16_t> d16 =
+        twice ? MatrixU<std::uint16_t>(g16_.data(), g.extent(0), g.extent(1)) : MatrixU<std::uint16_t>();
+    if (twice) {
+      const MatrixU<T> z = rows(s.z[k], batch);
+      if (act_ == Activation::relu) kernels::relu_backward(exec, flat(z), flat(g), flat(g), flat(d16));
+      else kernels::gelu_backward(exec, flat(z), flat(g), flat(g), flat(d16));
+    } else if (hidden(i)) {
       const MatrixU<T> z = rows(s.z[k], batch);
       if (act_ == Activation::relu) kernels::relu_backward(exec, flat(z), flat(g), flat(g));
       else kernels::gelu_backward(exec, flat(z), flat(g), flat(g));
     }
-    const MatrixU<const T> x = i == first_ ? rows(s.input, batch) : rows(s.a[k - 1], batch);
+    const bool x_bf16 = i > first_ && kept_bf16(i - 1);
+    const MatrixU<const T> x = i == first_ ? rows(s.input, batch) : x_bf16 ? MatrixU<const T>() : rows(s.a[k - 1], batch);
+    const Bf16Matrix x16 = x_bf16 ? Bf16Matrix(first_rows(s.a16[k - 1], std::size_t(batch))) : Bf16Matrix();
     const MatrixU<T> dx = i > first_ ? rows(s.g[k - 1], batch)
                                      : (first_stage() ? MatrixU<T>() : rows(s.dinput, batch));
     if (hooks_) hooks_->before_backward(layer.unit());
-    layer.backward(exec, x, g, dx, part_.tensor_sum);
+    if (twice) {
+      if (x_bf16) layer.backward_bf16(exec, x16, g, d16, dx, part_.tensor_sum);
+      else layer.backward_bf16(exec, x, g, d16, dx, part_.tensor_sum);
+    } else if (x_bf16) {
+      layer.backward_bf16(exec, x16, g, dx, part_.tensor_sum);
+    } else {
+      layer.backward(exec, x, g, dx, part_.tensor_sum);
+    }
     if (hooks_) hooks_->after_backward(layer.unit());
   }
 }

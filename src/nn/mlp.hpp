@@ -10,6 +10,14 @@
 // Activations live in slots, one per micro-batch in flight (a pipeline schedule keeps several):
 // acquire() a slot, fill input(), forward(), and later fill grad_output(), backward(), read
 // grad_input(), release(). The counters say how many slots were live at once.
+//
+// Where the products take bf16 operands (blas::bf16_operands(): train.precision = bf16 on a host
+// bf16 GEMM), the activations between layers are kept in bf16: the activation kernel writes its
+// output rounded to bf16 (the next layer's forward and its weight gradient read it), and in
+// backward writes dL/dz both in fp32 (the bias gradient) and in bf16 (both products). The same
+// bits as converting the fp32 values at each product, without the conversions. A stage's output
+// (read by the next pipeline stage) stays fp32.
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -74,15 +82,26 @@ class Mlp : public Network<T> {
 
  protected:
   void add_slot() override;
-  void clear_slots() override { slots_.clear(); simple_slot_ = -1; }
+  void clear_slots() override {
+    slots_.clear();
+    g16_ = {};
+    simple_slot_ = -1;
+  }
 
  private:
   struct Slot {
     Matrix<T> input, dinput;      // (max_batch, input_width)
     std::vector<Matrix<T>> z, a;  // per layer of the part: pre- and post-activation
+    std::vector<Matrix<std::uint16_t>> a16;  // post-activation in bf16 (bf16 activations), else empty
     std::vector<Matrix<T>> g;     // per layer: dL/da, then dL/dz in place (dL/dlogits for the last)
   };
   bool hidden(int i) const { return i + 1 < layers_total_; }  // followed by an activation
+  /// Whether layer i's activation output is kept in bf16 only: under bf16 activations, a hidden
+  /// layer that is not the stage's last.
+  bool kept_bf16(int i) const { return bf16_acts_ && hidden(i) && i + 1 < end_; }
+  /// True where the slots hold bf16 activations; throws where the process's products no longer
+  /// take them (the matmul precision changed after the slots were made).
+  bool bf16_acts() const;
   using Network<T>::rows;
   using Network<T>::hooks_;
 
@@ -91,6 +110,8 @@ class Mlp : public Network<T> {
   Part part_;
   std::vector<Linear<T>> layers_;  // layers [first_, end_)
   std::vector<Slot> slots_;
+  bool bf16_acts_ = false;
+  Matrix<std::uint16_t> g16_;  // dL/dz of one layer in bf16, shared by the slots (bf16 activations)
   int simple_slot_ = -1, simple_batch_ = 0;
 };
 

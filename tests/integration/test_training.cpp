@@ -9,6 +9,7 @@
 #include <functional>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <fstream>
 #include <regex>
 
@@ -40,6 +41,31 @@ TEST(Training, AdamWCosineClippingEqualAcrossRanks) {
       "--set optimizer.clip_grad_norm=0.5 --set schedule.kind=cosine --set schedule.warmup_steps=5 "
       "--set model.activation=relu",
       {{4, ""}, {2, "--set parallel.micro_batches=2"}});
+}
+
+// Under bf16 the MLP keeps its activations between layers in bf16 (the activation writes its
+// output, and in backward dL/dz, rounded to bf16 for the products; nn/mlp.hpp): the same losses,
+// bit for bit, as converting the fp32 values at each product (TESSERA_TEST_PACK_BF16, the path
+// before). On 1 rank (GELU), with the layers split over 2 tensor ranks (ReLU; the column- and
+// row-parallel sums) and over 2 pipeline stages with micro-batches (a stage's output stays fp32).
+TEST(Training, MlpBf16ActivationsGiveThePackedBits) {
+  for (const auto& [ranks, layout] : {std::pair{1, ""}, std::pair{2, "--set parallel.tensor=2 --set model.activation=relu"},
+                                      std::pair{2, "--set parallel.pipeline=2 --set parallel.micro_batches=2"}}) {
+    SCOPED_TRACE(layout);
+    const std::string args = std::string("--set train.precision=bf16 ") + layout;
+    const std::string kept = fresh_dir("mlp_bf16_kept"), packed = fresh_dir("mlp_bf16_packed");
+    const RunResult r = tessera(ranks, train_args(kept, args));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    if (r.output.find("matrix products (emulated") != std::string::npos)
+      GTEST_SKIP() << "bf16 products are emulated here: no bf16 operands to keep";
+    const RunResult p = shell("TESSERA_TEST_PACK_BF16=1 " + tessera_command(ranks, train_args(packed, args)));
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    const auto losses = train_losses(kept);
+    ASSERT_EQ(losses.size(), 30u);
+    EXPECT_EQ(losses, train_losses(packed));
+    EXPECT_FALSE(eval_losses(kept).empty());
+    EXPECT_EQ(eval_losses(kept), eval_losses(packed));
+  }
 }
 
 TEST(Training, RingAndParameterServerAllreduceEqualMpi) {
