@@ -31,8 +31,11 @@ struct UpdateExtras {
   VectorU<std::uint16_t> bf16;
 };
 
-/// \brief Runs element(i, p(i)) for every i, then, where extras.bf16 is not empty, stores p(i)
-/// rounded to bf16 there; the loop is written twice so that neither tests the option per element.
+/// \brief Runs element(i) for every i, which updates element i and returns the parameter's new
+/// value; where extras.bf16 is not empty, that value rounded to bf16 is stored there too. The loop
+/// is written twice so that neither tests the option per element, and the copy is made from the
+/// value in hand (reading p back through to_bf16_bits' bit copy would keep the loop from being
+/// vectorised).
 template <class PView, class F>
 void update_pass(const ExecSpace& exec, const char* name, const PView& p, const UpdateExtras& x, const F& element) {
   if (x.bf16.extent(0) > 0 && x.bf16.extent(0) != p.extent(0))
@@ -40,10 +43,8 @@ void update_pass(const ExecSpace& exec, const char* name, const PView& p, const 
                                 " elements for " + std::to_string(p.extent(0)) + " parameters");
   if (x.bf16.extent(0) > 0) {
     const VectorU<std::uint16_t> out = x.bf16;
-    Kokkos::parallel_for(name, range(exec, Index(p.extent(0))), KOKKOS_LAMBDA(const Index i) {
-      element(i);
-      out(i) = to_bf16_bits(p(i));
-    });
+    Kokkos::parallel_for(name, range(exec, Index(p.extent(0))),
+                         KOKKOS_LAMBDA(const Index i) { out(i) = to_bf16_bits(element(i)); });
   } else {
     Kokkos::parallel_for(name, range(exec, Index(p.extent(0))), KOKKOS_LAMBDA(const Index i) { element(i); });
   }
@@ -85,12 +86,18 @@ void sgd_step(const ExecSpace& exec, const PView& p, const GView& grad, const BV
   }
   if (momentum != T(0)) {
     update_pass(exec, "tessera::sgd_step", p, extras, KOKKOS_LAMBDA(const Index i) {
-      sgd_element(p(i), T(grad(i)) * gf, buf(i), lr, momentum, wd, nesterov);
+      T pi = p(i), bi = buf(i);
+      sgd_element(pi, T(grad(i)) * gf, bi, lr, momentum, wd, nesterov);
+      p(i) = pi;
+      buf(i) = bi;
+      return pi;
     });
   } else {
     update_pass(exec, "tessera::sgd_step", p, extras, KOKKOS_LAMBDA(const Index i) {
-      T unused = T(0);
-      sgd_element(p(i), T(grad(i)) * gf, unused, lr, T(0), wd, false);
+      T pi = p(i), unused = T(0);
+      sgd_element(pi, T(grad(i)) * gf, unused, lr, T(0), wd, false);
+      p(i) = pi;
+      return pi;
     });
   }
 }
@@ -120,7 +127,12 @@ void adamw_step(const ExecSpace& exec, const PView& p, const GView& grad, const 
   const T lr = T(h.lr), b1 = T(h.beta1), b2 = T(h.beta2), eps = T(h.eps), wd = T(h.weight_decay);
   const T step_size = T(h.lr / bc1), sqrt_bc2 = T(std::sqrt(bc2)), gf = T(extras.grad_factor);
   update_pass(exec, "tessera::adamw_step", p, extras, KOKKOS_LAMBDA(const Index i) {
-    adamw_element(p(i), T(grad(i)) * gf, m(i), v(i), lr, b1, b2, eps, wd, step_size, sqrt_bc2);
+    T pi = p(i), mi = m(i), vi = v(i);
+    adamw_element(pi, T(grad(i)) * gf, mi, vi, lr, b1, b2, eps, wd, step_size, sqrt_bc2);
+    p(i) = pi;
+    m(i) = mi;
+    v(i) = vi;
+    return pi;
   });
 }
 
