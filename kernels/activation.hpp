@@ -82,24 +82,29 @@ void gelu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, cons
                        KOKKOS_LAMBDA(const Index i) { dz(i) = gelu_backward_element(z(i), dy(i)); });
 }
 
-/// \brief relu_backward and gelu_backward that also write dz rounded to bf16 into dz16 (bit
-/// patterns), for a layer whose bias gradient sums the fp32 values and whose two products read
-/// bf16: one pass instead of the pass and a conversion per product.  dz16 (n).
-template <class ZView, class DyView, class DzView, class Dz16View>
-void relu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, const DzView& dz, const Dz16View& dz16) {
-  Kokkos::parallel_for("tessera::relu_backward", range(exec, Index(z.extent(0))), KOKKOS_LAMBDA(const Index i) {
-    const auto g = relu_backward_element(z(i), dy(i));
-    dz(i) = g;
-    dz16(i) = to_bf16_bits(g);
-  });
-}
-template <class ZView, class DyView, class DzView, class Dz16View>
-void gelu_backward(const ExecSpace& exec, const ZView& z, const DyView& dy, const DzView& dz, const Dz16View& dz16) {
-  Kokkos::parallel_for("tessera::gelu_backward", range(exec, Index(z.extent(0))), KOKKOS_LAMBDA(const Index i) {
-    const auto g = gelu_backward_element(z(i), dy(i));
-    dz(i) = g;
-    dz16(i) = to_bf16_bits(g);
-  });
+/// The derivatives' element functions as types, for kernels templated on the activation.
+struct ReluGrad {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T z, T dy) const { return relu_backward_element(z, dy); }
+};
+struct GeluGrad {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T z, T dy) const { return gelu_backward_element(z, dy); }
+};
+
+/// \brief relu_backward or gelu_backward (Grad: ReluGrad, GeluGrad) that also writes dz rounded
+/// to bf16 into dz16 (bit patterns), for a layer whose bias gradient sums the fp32 values and
+/// whose two products read bf16: one pass instead of the pass and a conversion per product.
+/// z (n), dy (n), dz (n; may alias dy), dz16 (n).
+template <class Grad, class ZView, class DyView, class DzView, class Dz16View>
+void activation_backward_twice(const ExecSpace& exec, const ZView& z, const DyView& dy, const DzView& dz,
+                               const Dz16View& dz16) {
+  Kokkos::parallel_for("tessera::activation_backward_twice", range(exec, Index(z.extent(0))),
+                       KOKKOS_LAMBDA(const Index i) {
+                         const auto g = Grad()(z(i), dy(i));
+                         dz(i) = g;
+                         dz16(i) = to_bf16_bits(g);
+                       });
 }
 
 /// \brief y = gelu(z + b) and d = gelu'(z + b), row by row, so that backward is one product

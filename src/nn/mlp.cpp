@@ -154,8 +154,10 @@ void Mlp<T>::backward(const ExecSpace& exec, int slot) {
         twice ? MatrixU<std::uint16_t>(g16_.data(), g.extent(0), g.extent(1)) : MatrixU<std::uint16_t>();
     if (twice) {
       const MatrixU<T> z = rows(s.z[k], batch);
-      if (act_ == Activation::relu) kernels::relu_backward(exec, flat(z), flat(g), flat(g), flat(d16));
-      else kernels::gelu_backward(exec, flat(z), flat(g), flat(g), flat(d16));
+      if (act_ == Activation::relu)
+        kernels::activation_backward_twice<kernels::ReluGrad>(exec, flat(z), flat(g), flat(g), flat(d16));
+      else
+        kernels::activation_backward_twice<kernels::GeluGrad>(exec, flat(z), flat(g), flat(g), flat(d16));
     } else if (hidden(i)) {
       const MatrixU<T> z = rows(s.z[k], batch);
       if (act_ == Activation::relu) kernels::relu_backward(exec, flat(z), flat(g), flat(g));

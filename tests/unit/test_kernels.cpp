@@ -95,6 +95,39 @@ TYPED_TEST(KernelTest, GeluForwardBackwardMatchExactErfForm) {
   EXPECT_NEAR(kernels::gelu(-2.0), -0.04550026389635842, 1e-15);
 }
 
+// The bf16 forms the MLP uses under bf16 activations: the forward's output stored rounded to
+// bf16, and the backward that writes dz in fp32 (in place here) and rounded to bf16, each the bits
+// of the fp32 kernel's result rounded once.
+TEST(Activations, Bf16OutputsAreTheFp32ResultsRounded) {
+  const std::size_t n = 1001;
+  const auto z = random_vector<float>(n, 7, -6, 6), dy = random_vector<float>(n, 8);
+  const ExecSpace exec;
+  for (const bool relu : {true, false}) {
+    SCOPED_TRACE(relu ? "relu" : "gelu");
+    auto d_z = to_device(z), d_dy = to_device(dy), d_g = to_device(dy);
+    Vector<float> y("y", n), dz("dz", n);
+    Vector<std::uint16_t> y16("y16", n), dz16("dz16", n);
+    if (relu) {
+      kernels::relu_forward(exec, d_z, y);
+      kernels::relu_forward(exec, d_z, y16);
+      kernels::relu_backward(exec, d_z, d_dy, dz);
+      kernels::activation_backward_twice<kernels::ReluGrad>(exec, d_z, d_g, d_g, dz16);
+    } else {
+      kernels::gelu_forward(exec, d_z, y);
+      kernels::gelu_forward(exec, d_z, y16);
+      kernels::gelu_backward(exec, d_z, d_dy, dz);
+      kernels::activation_backward_twice<kernels::GeluGrad>(exec, d_z, d_g, d_g, dz16);
+    }
+    const auto hy = to_host(y), hdz = to_host(dz), hg = to_host(d_g);
+    const auto hy16 = to_host(y16), hdz16 = to_host(dz16);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(hy16[i], kernels::to_bf16_bits(hy[i])) << i;
+      ASSERT_EQ(hg[i], hdz[i]) << i;
+      ASSERT_EQ(hdz16[i], kernels::to_bf16_bits(hdz[i])) << i;
+    }
+  }
+}
+
 // --- Bias ------------------------------------------------------------------------------------
 
 TYPED_TEST(KernelTest, BiasBroadcastAddAndColumnSums) {
