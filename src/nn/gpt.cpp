@@ -201,7 +201,7 @@ void Gpt<T>::add_slot() {
   const auto Tn = static_cast<std::size_t>(shape_.context), C = static_cast<std::size_t>(shape_.width);
   const std::size_t n = B * Tn;
   const std::size_t nb = blocks_.size();
-  if (slots_.empty()) bf16_acts_ = std::is_same_v<T, float> && blas::bf16_operands();
+  if (slots_.empty()) bf16_acts_ = bf16_activations<T>();
   Slot& s = slots_.emplace_back();
   s.input = alloc_matrix<T>("input", B, static_cast<std::size_t>(input_width()));
   s.x.push_back(first_stage() ? alloc_matrix<T>("x0", n, C) : Matrix<T>(s.input.data(), n, C));
@@ -275,10 +275,7 @@ const Matrix<T>& Gpt<T>::fp32_logits(const Matrix<T>& m) const {
 
 template <class T>
 bool Gpt<T>::bf16_acts() const {
-  if (bf16_acts_ && !blas::bf16_operands())
-    throw std::logic_error("tessera::nn::Gpt: the slots hold bf16 activations, but the products no longer "
-                           "take bf16 operands (the matmul precision changed after they were made)");
-  return bf16_acts_;
+  return checked_bf16_activations(bf16_acts_, "Gpt");
 }
 
 template <class T>

@@ -38,6 +38,25 @@ bool bf16_weights(const ParamStore<T>& store) {
   return std::is_same_v<T, float> && store.storage().full_values && blas::bf16_operands();
 }
 
+/// \brief True where a model of element type T keeps in bf16 the activations that only products
+/// read (the GPT, the MLP): float models whose products take bf16 operands. Decided with a
+/// model's first slot; checked_bf16_activations() checks it at each use.
+template <class T>
+bool bf16_activations() {
+  return std::is_same_v<T, float> && blas::bf16_operands();
+}
+
+/// \brief `kept` (whether the slots of `model` hold bf16 activations), after checking that the
+/// products still take bf16 operands: std::logic_error naming the model where the matmul
+/// precision changed after the slots were made.
+inline bool checked_bf16_activations(bool kept, const char* model) {
+  if (kept && !blas::bf16_operands())
+    throw std::logic_error(std::string("tessera::nn::") + model +
+                           ": the slots hold bf16 activations, but the products no longer take bf16 operands "
+                           "(the matmul precision changed after they were made)");
+  return kept;
+}
+
 /// A bf16 activation (bit patterns, kernels/precision.hpp): a matrix that a kernel wrote in
 /// bf16 for the products that read it.
 using Bf16Matrix = MatrixU<const std::uint16_t>;

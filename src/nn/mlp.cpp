@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
-#include "blas/gemm.hpp"
 #include "core/memory.hpp"
 #include "kernels/activation.hpp"
 
@@ -46,7 +44,7 @@ Mlp<T>::Mlp(ParamStore<T>& store, int in, std::vector<int> hidden, int out, Acti
 
 template <class T>
 void Mlp<T>::add_slot() {
-  if (slots_.empty()) bf16_acts_ = std::is_same_v<T, float> && blas::bf16_operands();
+  if (slots_.empty()) bf16_acts_ = bf16_activations<T>();
   Slot& s = slots_.emplace_back();
   const auto n_rows = static_cast<std::size_t>(this->max_batch());
   const auto alloc_of = [&]<class E>(E, const std::string& what, int width) {
@@ -74,10 +72,7 @@ void Mlp<T>::add_slot() {
 
 template <class T>
 bool Mlp<T>::bf16_acts() const {
-  if (bf16_acts_ && !blas::bf16_operands())
-    throw std::logic_error("tessera::nn::Mlp: the slots hold bf16 activations, but the products no longer "
-                           "take bf16 operands (the matmul precision changed after they were made)");
-  return bf16_acts_;
+  return checked_bf16_activations(bf16_acts_, "Mlp");
 }
 
 template <class T>
