@@ -19,6 +19,7 @@ packages=(
   shellcheck munge slurmctld slurmd slurm-client  # tests/slurm: job scripts under a private Slurm
   iproute2 procps util-linux  # tests/cluster: nodes as network namespaces (ip, tc, nsenter, ps)
   clang libclang-rt-14-dev  # tests/fuzz/run_fuzzers.sh: libFuzzer targets (docs/robustness.md)
+  ccache  # a compiler cache shared by every build on this machine (below)
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -37,6 +38,9 @@ if [[ $cuda == auto ]]; then
   if [[ -x /usr/local/cuda/bin/nvcc || -f /usr/local/cuda/include/cublas_v2.h ]]; then cuda=ON; else cuda=OFF; fi
 fi
 
+# Every build goes through the machine's compiler cache where ccache exists (tools/ccache.sh).
+source tools/ccache.sh
+
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${TESSERA_BUILD_TYPE:-Release}" \
-  -DTESSERA_ENABLE_CUDA="$cuda" -DCUDAToolkit_ROOT=/usr/local/cuda "$@"
+  -DTESSERA_ENABLE_CUDA="$cuda" -DCUDAToolkit_ROOT=/usr/local/cuda "${ccache_launcher[@]}" "$@"
 cmake --build "$build_dir" -j "$(nproc)"

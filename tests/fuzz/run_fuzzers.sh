@@ -17,8 +17,9 @@ targets=("$@")
 ((${#targets[@]})) || targets=(deck dataset checkpoint)
 build=${TESSERA_FUZZ_BUILD:-build-fuzz}
 
+source tools/ccache.sh
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
-  -DTESSERA_ENABLE_TESTS=OFF -DTESSERA_ENABLE_CUDA=OFF >/dev/null
+  -DTESSERA_ENABLE_TESTS=OFF -DTESSERA_ENABLE_CUDA=OFF "${ccache_launcher[@]}" >/dev/null
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 
 # Open MPI and HDF5 keep allocations until exit: no leak checking. A huge allocation returns
