@@ -1,5 +1,10 @@
 # Helpers that register tests.
 #
+# tessera_hardware_tests(TARGET FILTER)
+#   declares the googletest cases of TARGET (a gtest filter, ':'-separated) that depend on the
+#   machine: CPU instructions, a GPU, NCCL. Each entry of TARGET is then registered twice: NAME
+#   runs every other case (a skip there is a failure in CI), NAME.hardware runs these, which may
+#   skip (docs/testing.md). Every gtest entry exits 77 when a case skipped: ctest says "Skipped".
 # tessera_add_unit_test(NAME SOURCES...)        one process, no mpiexec
 # tessera_add_mpi_test(NAME RANKS "1;2;4" SOURCES...)
 #   one executable, registered once per rank count as NAME.np<N> under mpiexec with
@@ -9,11 +14,32 @@ set(TESSERA_MPIEXEC_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
   OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1)
 
+function(tessera_hardware_tests target filter)
+  set_property(GLOBAL PROPERTY TESSERA_HARDWARE_${target} "${filter}")
+endfunction()
+
+# tessera_add_gtest(TARGET ENTRY OUT_VAR COMMAND...)
+#   registers ENTRY (and ENTRY.hardware, above) running COMMAND, the googletest executable of
+#   TARGET with whatever launches it; OUT_VAR receives the entries' names for their properties.
+function(tessera_add_gtest target entry out_var)
+  get_property(filter GLOBAL PROPERTY TESSERA_HARDWARE_${target})
+  if(filter)
+    add_test(NAME ${entry} COMMAND ${ARGN} --gtest_filter=-${filter})
+    add_test(NAME ${entry}.hardware COMMAND ${ARGN} --gtest_filter=${filter} --hardware-may-skip)
+    set(entries ${entry} ${entry}.hardware)
+  else()
+    add_test(NAME ${entry} COMMAND ${ARGN})
+    set(entries ${entry})
+  endif()
+  set_tests_properties(${entries} PROPERTIES SKIP_RETURN_CODE 77)
+  set(${out_var} ${entries} PARENT_SCOPE)
+endfunction()
+
 function(tessera_add_unit_test name)
   add_executable(${name} ${ARGN})
   target_link_libraries(${name} PRIVATE tessera_core tessera_test_main)
-  add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES LABELS unit ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+  tessera_add_gtest(${name} ${name} entries $<TARGET_FILE:${name}>)
+  set_tests_properties(${entries} PROPERTIES LABELS unit ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
 endfunction()
 
 function(tessera_add_mpi_test name)
@@ -21,10 +47,10 @@ function(tessera_add_mpi_test name)
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE tessera_core tessera_test_main)
   foreach(np IN LISTS T_RANKS)
-    add_test(NAME ${name}.np${np}
-      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
-    set_tests_properties(${name}.np${np} PROPERTIES
+    tessera_add_gtest(${name} ${name}.np${np} entries
+      ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+      ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${entries} PROPERTIES
       LABELS "mpi" PROCESSORS ${np} ENVIRONMENT "${TESSERA_MPIEXEC_ENV}")
   endforeach()
 endfunction()

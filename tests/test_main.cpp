@@ -1,12 +1,15 @@
 // One test main for every test executable, single- or multi-rank.
 // Starts MPI and Kokkos, lets only rank 0 print googletest's output, and makes the exit code the
-// same on every rank (any rank's failure fails all). --hang-rank N makes rank N wait in a loop so
+// same on every rank: the worst outcome of any rank (failed, then skipped, then passed), as
+// tests/test_outcome.hpp maps it for ctest. --hang-rank N makes rank N wait in a loop so
 // a debugger can attach (set the variable `attached` to 1 to continue).
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
 
 #include <Kokkos_Core.hpp>
+
+#include "test_outcome.hpp"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +26,7 @@ int main(int argc, char** argv) {
       while (!attached) sleep(1);
     }
   }
+  const bool hardware_entry = tessera::test::take_hardware_flag(argc, argv);
   int result = 0;
   {
     Kokkos::ScopeGuard kokkos(argc, argv);
@@ -31,11 +35,12 @@ int main(int argc, char** argv) {
       auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
       delete listeners.Release(listeners.default_result_printer());
     }
-    result = RUN_ALL_TESTS();
+    result = static_cast<int>(tessera::test::outcome(RUN_ALL_TESTS(), hardware_entry, rank == 0));
   }
   int worst = 0;
   MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (worst != 0 && result == 0 && rank == 0) std::fprintf(stderr, "another rank failed\n");
+  if (worst > result && rank == 0)
+    std::fprintf(stderr, "another rank %s\n", worst == static_cast<int>(tessera::test::Outcome::failed) ? "failed" : "skipped a test");
   MPI_Finalize();
-  return worst;
+  return tessera::test::exit_code(static_cast<tessera::test::Outcome>(worst));
 }

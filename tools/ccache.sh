@@ -9,6 +9,7 @@
 # -march=native makes an object depend on the CPU, which ccache's hash of the command line does not
 # see, so a cache filled on one CPU kind is never used on another.
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # used by the scripts that source this one
 ccache_launcher=()
 if [[ ${TESSERA_CCACHE:-1} != 0 ]] && command -v ccache >/dev/null; then
   ccache_cpu=$(grep -m1 '^model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo)
