@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/test_hooks.hpp"
 #include "comm/agree.hpp"
 #include "io/h5.hpp"
 #include "io/h5_probe.hpp"
@@ -180,46 +181,37 @@ void write_tensor(hid_t file, const TensorSlab& t, std::uint64_t checksum, hid_t
   TESSERA_H5(H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem, file_space, xfer, data));
 }
 
-// Test hooks (tests/integration/test_crash.cpp), each naming checkpoint steps ("20" or "10,11"):
-//   TESSERA_TEST_KILL_IN_CHECKPOINT: rank 1 (rank 0 when alone) raises SIGKILL once half of the
-//     checkpoint's tensors are in the temporary file, before the rename: a node lost mid-write.
-//   TESSERA_TEST_SIGNAL_IN_CHECKPOINT: every rank raises SIGUSR1 at the same point: a (second)
-//     stop signal arriving while the checkpoint is written.
-//   TESSERA_TEST_FAIL_IN_CHECKPOINT: rank 1 (rank 0 when alone) fails to write a tensor there, the
-//     others write on: the failure must reach every rank (exit 2), not leave them waiting.
-//   TESSERA_TEST_PAUSE_IN_CHECKPOINT: every rank prints a line and waits there until a signal
-//     arrives (at most 60 s), so a test can signal a run at a known step however fast the
-//     machine is (tests/slurm/test_slurm.sh).
+// Test hooks (core/test_hooks.hpp), each naming checkpoint steps ("20" or "10,11"), once half of
+// the checkpoint's tensors are in the temporary file, before the rename:
+//   kill_in_checkpoint: rank 1 (rank 0 when alone) raises SIGKILL: a node lost mid-write.
+//   signal_in_checkpoint: every rank raises SIGUSR1: a (second) stop signal arriving while the
+//     checkpoint is written.
+//   fail_in_checkpoint: rank 1 (rank 0 when alone) fails to write a tensor there, the others
+//     write on: the failure must reach every rank (exit 2), not leave them waiting.
+//   pause_in_checkpoint: every rank prints a line and waits there until a signal arrives (at most
+//     60 s), so a test can signal a run at a known step however fast the machine is
+//     (tests/slurm/test_slurm.sh).
 // Unset, they cost one getenv per checkpoint.
-bool hook_names_step(const char* variable, const CheckpointContent& content) {
-  const char* steps = std::getenv(variable);
+bool hook_names_step(test_hooks::StepHook hook, const CheckpointContent& content) {
   const auto step = content.root_attrs.find("step");
-  if (steps == nullptr || step == content.root_attrs.end()) return false;
-  const std::string wanted = to_string(step->second);
-  std::string list = steps;
-  for (std::size_t begin = 0; begin <= list.size();) {
-    const std::size_t end = std::min(list.find(',', begin), list.size());
-    if (list.substr(begin, end - begin) == wanted) return true;
-    begin = end + 1;
-  }
-  return false;
+  return step != content.root_attrs.end() && test_hooks::names_step(hook, to_string(step->second));
 }
 
 void run_test_hooks(MPI_Comm comm, const CheckpointContent& content) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
-  if (hook_names_step("TESSERA_TEST_FAIL_IN_CHECKPOINT", content) && rank == std::min(1, size - 1))
+  if (hook_names_step(test_hooks::StepHook::fail_in_checkpoint, content) && rank == std::min(1, size - 1))
     h5::fail_with("TESSERA_TEST_FAIL_IN_CHECKPOINT: this rank's write fails (a full disk, say)");
-  if (hook_names_step("TESSERA_TEST_SIGNAL_IN_CHECKPOINT", content)) std::raise(SIGUSR1);
-  if (hook_names_step("TESSERA_TEST_PAUSE_IN_CHECKPOINT", content)) {
+  if (hook_names_step(test_hooks::StepHook::signal_in_checkpoint, content)) std::raise(SIGUSR1);
+  if (hook_names_step(test_hooks::StepHook::pause_in_checkpoint, content)) {
     std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_PAUSE_IN_CHECKPOINT: waiting for a signal\n", rank);
     std::fflush(stderr);
     // A caught signal ends nanosleep early (EINTR); SA_RESTART never restarts it.
     timespec left{60, 0};
     nanosleep(&left, &left);
   }
-  if (hook_names_step("TESSERA_TEST_KILL_IN_CHECKPOINT", content) && rank == std::min(1, size - 1)) {
+  if (hook_names_step(test_hooks::StepHook::kill_in_checkpoint, content) && rank == std::min(1, size - 1)) {
     std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_KILL_IN_CHECKPOINT: SIGKILL mid-checkpoint\n", rank);
     std::fflush(stderr);
     std::raise(SIGKILL);
@@ -250,17 +242,17 @@ h5::File create_with_attributes(MPI_Comm comm, const std::string& path, const Ch
 
 // Writes the file; each step that could fail on one rank alone (a tensor's write, the close that
 // flushes) is agreed, so a failure reaches every rank together.
-// Test hook (tests/integration/test_crash.cpp): TESSERA_TEST_FAIL_IN_READ=K makes rank 1 (rank 0
-// when alone) fail its K-th tensor read of the process, as a damaged block seen by one rank: the
-// failure must reach every rank (exit 2), not leave the others waiting. Unset, one getenv per read.
+// Test hook (core/test_hooks.hpp): fail_in_read = K makes rank 1 (rank 0 when alone) fail its
+// K-th tensor read of the process, as a damaged block seen by one rank: the failure must reach
+// every rank (exit 2), not leave the others waiting. Unset, one getenv per read.
 void read_test_hook(MPI_Comm comm) {
   static long reads = 0;
-  const char* wanted = std::getenv("TESSERA_TEST_FAIL_IN_READ");
-  if (wanted == nullptr) return;
+  const std::optional<long> wanted = test_hooks::fail_in_read();
+  if (!wanted) return;
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
-  if (++reads == std::atol(wanted) && rank == std::min(1, size - 1))
+  if (++reads == *wanted && rank == std::min(1, size - 1))
     h5::fail_with("TESSERA_TEST_FAIL_IN_READ: this rank's read fails (a damaged block)");
 }
 

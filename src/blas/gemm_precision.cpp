@@ -2,7 +2,6 @@
 // grow-only scratch, then the vendor BLAS (blas/gemm.hpp documents the contract).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -13,6 +12,7 @@
 #include "blas/gemm_library.hpp"
 #include "blas/onednn_gemm.hpp"
 #include "core/memory.hpp"
+#include "core/test_hooks.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/simd.hpp"
 
@@ -231,10 +231,9 @@ bool bf16_operands() {
 #if defined(TESSERA_GEMM_CUBLAS)
   return false;
 #else
-  // Test hook: TESSERA_TEST_PACK_BF16 set keeps every operand fp32, packed at each product (the
-  // path before bf16 operands), so a test can compare the bits of both.
-  static const bool pack_only = std::getenv("TESSERA_TEST_PACK_BF16") != nullptr;
-  return !pack_only && matmul_precision() == Precision::bf16 && bf16_gemm() != nullptr;
+  // Test hook (core/test_hooks.hpp): pack_bf16 keeps every operand fp32, packed at each product
+  // (the path before bf16 operands), so a test can compare the bits of both.
+  return !test_hooks::pack_bf16() && matmul_precision() == Precision::bf16 && bf16_gemm() != nullptr;
 #endif
 }
 

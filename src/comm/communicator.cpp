@@ -11,6 +11,7 @@
 
 #include "comm/device_memory.hpp"
 #include "comm/device_sharing.hpp"
+#include "comm/fault_hook.hpp"
 #include "comm/mpi_type.hpp"
 #include "comm/nccl_comm.hpp"
 #include "core/deck.hpp"
@@ -71,7 +72,7 @@ Communicator::Communicator(MPI_Comm world, GridShape grid, const CommConfig& com
   bf16_ = std::make_unique<comm::MpiBf16>();
   split_replica_by_node();
   // Every rank reads the same environment, so a malformed test hook fails on every rank alike.
-  fault_ = comm::comm_fault_from_environment();
+  fault_ = test_hooks::comm_fault();
   for (Group g : {Group::world, Group::data, Group::tensor, Group::pipeline, Group::spatial,
                   Group::replica_node, Group::replica_cross})
     comm::flight_recorder().attach(handle(g), group_name(g), members(g));
@@ -154,7 +155,7 @@ std::vector<int> Communicator::members(Group g) const {
 bool Communicator::fault_at(Group g) const {
   // The first operation the hook can act on at or after the sequence number it names (an agree()
   // or a nested section may hold that number itself), once.
-  if (fault_.action == comm::CommFault::Action::none || fault_fired_ || fault_.rank != world_rank_ ||
+  if (fault_.action == test_hooks::CommFault::Action::none || fault_fired_ || fault_.rank != world_rank_ ||
       fault_.group != group_name(g) || comm::flight_recorder().next_seq(handle(g)) < fault_.seq)
     return false;
   fault_fired_ = true;
@@ -165,7 +166,7 @@ std::uint64_t Communicator::enter(const char* op, Group g, std::size_t bytes, bo
   auto& recorder = comm::flight_recorder();
   if (fault_at(g)) {
     const std::uint64_t seq = recorder.next_seq(handle(g));
-    if (fault_.action == comm::CommFault::Action::stall) {
+    if (fault_.action == test_hooks::CommFault::Action::stall) {
       comm::stall(world_rank_, op, group_name(g), seq);
     } else {
       std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_COMM_FAULT: skipping %s #%llu of the %s group\n",
@@ -179,7 +180,7 @@ std::uint64_t Communicator::enter(const char* op, Group g, std::size_t bytes, bo
 
 comm::WatchedOp Communicator::watch(const char* op, Group g, std::size_t bytes) const {
   // The test hook's stall applies to a section too; its skip does not (the caller runs the body).
-  if (fault_.action == comm::CommFault::Action::stall && fault_at(g))
+  if (fault_.action == test_hooks::CommFault::Action::stall && fault_at(g))
     comm::stall(world_rank_, op, group_name(g), comm::flight_recorder().next_seq(handle(g)));
   return comm::WatchedOp(comm::flight_recorder().begin_collective(op, handle(g), bytes, true));
 }

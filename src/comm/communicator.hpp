@@ -38,7 +38,6 @@
 #include <vector>
 
 #include "comm/backend.hpp"
-#include "comm/fault_hook.hpp"
 #include "comm/flight_recorder.hpp"
 #include "comm/mpi_bf16.hpp"
 #include "comm/mpi_check.hpp"
@@ -46,6 +45,7 @@
 #include "comm/node_split.hpp"
 #include "comm/staging_buffer.hpp"
 #include "core/config.hpp"
+#include "core/test_hooks.hpp"
 
 namespace tessera {
 
@@ -306,7 +306,7 @@ class Communicator {
   bool device_pointers_possible_ = false;  ///< a CUDA device is visible: classify each buffer
   mutable comm::StagingBuffer staging_;
   mutable std::array<std::unique_ptr<comm::NcclComm>, 8> nccl_;  ///< by Group, on first use
-  comm::CommFault fault_;  ///< TESSERA_TEST_COMM_FAULT (comm/fault_hook.hpp)
+  test_hooks::CommFault fault_;  ///< TESSERA_TEST_COMM_FAULT (core/test_hooks.hpp, comm/fault_hook.hpp)
   mutable bool fault_fired_ = false;
   /// The flight recorder's side of collective `op` on g (and the test hook): the operation's id,
   /// or 0 when the test hook skips it (the caller then returns without calling MPI). blocking:

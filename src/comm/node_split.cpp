@@ -1,32 +1,12 @@
 #include "comm/node_split.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <utility>
 
 #include "comm/mpi_check.hpp"
-#include "core/error.hpp"
+#include "core/test_hooks.hpp"
 
 namespace tessera::comm {
-
-namespace {
-
-/// TESSERA_TEST_NODE_OF_RANK as ranks per fake node; 0 where unset.
-int fake_ranks_per_node() {
-  const char* text = std::getenv("TESSERA_TEST_NODE_OF_RANK");
-  if (text == nullptr || *text == '\0') return 0;
-  const std::string s(text);
-  if (s.size() > 9 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      std::stoi(s) < 1)
-    throw InputError(fmt::format("TESSERA_TEST_NODE_OF_RANK = \"{}\": expected a positive integer, the ranks "
-                                 "per fake node (world rank r is on node r / K)", s));
-  return std::stoi(s);
-}
-
-}  // namespace
 
 NodeSplit::NodeSplit(NodeSplit&& o) noexcept
     : node_comm(std::exchange(o.node_comm, MPI_COMM_NULL)),
@@ -57,7 +37,7 @@ std::vector<int> world_node_ids(MPI_Comm world) {
   MPI_CHECK(MPI_Comm_rank(world, &rank));
   MPI_CHECK(MPI_Comm_size(world, &size));
   // Every rank reads the same environment, so a malformed hook fails on every rank alike.
-  const int fake = fake_ranks_per_node();
+  const int fake = test_hooks::node_of_rank();
   int id = fake > 0 ? rank / fake * fake : rank;
   if (fake == 0) {
     MPI_Comm node = MPI_COMM_NULL;

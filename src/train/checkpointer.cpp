@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/test_hooks.hpp"
 #include "core/version.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/small_file.hpp"
@@ -320,18 +320,16 @@ void Checkpointer::begin_save(const Model& model, const DataParallel& dp, const 
   p->norm = field_norm_values(model.shape().norm);
   io::CheckpointContent c = content(model, dp, state, p->values.data(), states, p->norm);
   std::vector<std::uint64_t> offsets = io::create_checkpoint_layout(comm_.handle(), p->path, c);
-  // Test hooks (as the synchronous ones of io/checkpoint_file.cpp, naming steps): rank 1 (0 when
-  // alone) fails its background write, or is killed half-way through it.
+  // Test hooks (core/test_hooks.hpp, as the synchronous ones of io/checkpoint_file.cpp, naming
+  // steps): rank 1 (0 when alone) fails its background write, or is killed half-way through it.
   const bool faulty = comm_.rank() == std::min(1, comm_.size() - 1);
-  const auto names_step = [&](const char* variable) {
-    const char* steps = std::getenv(variable);
-    return steps != nullptr && fmt::format(",{},", steps).find(fmt::format(",{},", state.step)) != std::string::npos;
-  };
-  const std::string target = faulty && names_step("TESSERA_TEST_FAIL_IN_CHECKPOINT")
+  const std::string step_text = fmt::format("{}", state.step);
+  const std::string target = faulty && test_hooks::names_step(test_hooks::StepHook::fail_in_checkpoint, step_text)
                                  ? io::temporary_path(p->path) + ".TESSERA_TEST_FAIL_IN_CHECKPOINT/missing"
                                  : io::temporary_path(p->path);
-  p->writer = std::make_unique<io::TensorFileWriter>(target, std::move(c.tensors), std::move(offsets),
-                                                      faulty && names_step("TESSERA_TEST_KILL_IN_CHECKPOINT"));
+  p->writer = std::make_unique<io::TensorFileWriter>(
+      target, std::move(c.tensors), std::move(offsets),
+      faulty && test_hooks::names_step(test_hooks::StepHook::kill_in_checkpoint, step_text));
   pending_ = std::move(p);
 }
 

@@ -3,12 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/test_hooks.hpp"
 #include "io/tensor_check.hpp"
 
 namespace tessera {
@@ -25,8 +26,8 @@ void block_sums(const nn::ParamStore<float>& store, const float* values, std::ve
 }
 
 void perturb_for_test(const Communicator& comm, Model& model, std::int64_t step) {
-  const char* wanted = std::getenv("TESSERA_TEST_PERTURB_REPLICA");
-  if (wanted == nullptr || std::atoll(wanted) != step || comm.rank(Group::replica) != 1) return;
+  const std::optional<long long> wanted = test_hooks::perturb_replica();
+  if (!wanted || *wanted != step || comm.rank(Group::replica) != 1) return;
   auto values = model.params().values();
   auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), values);
   h(0) += 1e-3f;

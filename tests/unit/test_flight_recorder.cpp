@@ -12,7 +12,6 @@
 #include <fstream>
 #include <thread>
 
-#include "comm/fault_hook.hpp"
 #include "comm/flight_record.hpp"
 #include "comm/flight_recorder.hpp"
 #include "comm/watchdog.hpp"
@@ -291,22 +290,4 @@ TEST(FlightRecord, Formats) {
   EXPECT_EQ(clock_time(std::nan("")), "?");
   EXPECT_EQ(clock_time(-1.0), "?");
   EXPECT_EQ(iso_time(1e300), "?");
-}
-
-TEST(FaultHook, ParsesTheEnvironment) {
-  unsetenv("TESSERA_TEST_COMM_FAULT");
-  EXPECT_EQ(comm_fault_from_environment().action, CommFault::Action::none);
-  setenv("TESSERA_TEST_COMM_FAULT", "skip:3:pipeline:12", 1);
-  const CommFault f = comm_fault_from_environment();
-  EXPECT_EQ(f.action, CommFault::Action::skip);
-  EXPECT_EQ(f.rank, 3);
-  EXPECT_EQ(f.group, "pipeline");
-  EXPECT_EQ(f.seq, 12u);
-  for (const char* bad : {"stall", "stall:1:data", "hang:1:data:3", "stall:-1:data:3", "stall:1:node:3",
-                          "stall:1:data:0", "stall:1:data:-4", "stall:x:data:3", "stall:1:data:3x",
-                          "stall:1:data:99999999999999999999999"}) {
-    setenv("TESSERA_TEST_COMM_FAULT", bad, 1);
-    EXPECT_THROW(comm_fault_from_environment(), tessera::InputError) << bad;
-  }
-  unsetenv("TESSERA_TEST_COMM_FAULT");
 }
