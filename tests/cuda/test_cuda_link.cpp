@@ -4,9 +4,11 @@
 #include <mpi.h>
 
 #include <cmath>
-
+#include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "blas/cublas_gemm.hpp"
@@ -21,7 +23,53 @@ namespace {
 using tessera::blas::Op;
 namespace cublas = tessera::blas::cublas;
 
-TEST(CudaLink, DeviceCountIsNeverNegative) { EXPECT_GE(cublas::cuda_device_count(), 0); }
+// The NVIDIA GPUs this process could open: the driver's device nodes /dev/nvidia0, /dev/nvidia1,
+// ... (a container gets the nodes of its GPUs only; /proc/driver/nvidia lists the host's GPUs
+// even where none is passed in, so it does not tell).
+int nvidia_device_nodes() {
+  int nodes = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 6 && name.compare(0, 6, "nvidia") == 0 &&
+        name.find_first_not_of("0123456789", 6) == std::string::npos)
+      ++nodes;
+  }
+  return nodes;
+}
+
+// What blas/cublas_gemm.hpp promises: the number of devices the runtime shows this process, and
+// 0, not an error, where there is no driver or no device. And that number is the machine's.
+TEST(CudaLink, DeviceCountIsWhatTheMachineHas) {
+  const int count = cublas::cuda_device_count();
+  const cudaError_t left = cudaGetLastError();  // what the wrapper left for a later check
+
+  int raw = -1;
+  const cudaError_t status = cudaGetDeviceCount(&raw);
+  (void)cudaGetLastError();
+  const int nodes = nvidia_device_nodes();
+  const std::string said = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(status) + ", count " +
+                           std::to_string(raw) + "; left by the wrapper: " + cudaGetErrorName(left) +
+                           "; /dev/nvidiaN device nodes: " + std::to_string(nodes);
+  EXPECT_EQ(count, status == cudaSuccess ? raw : 0) << said;
+  if (status == cudaSuccess || status == cudaErrorNoDevice) {
+    // The runtime started: the wrapper cleared any failure, so a later cudaGetLastError is clean.
+    EXPECT_EQ(left, cudaSuccess) << said;
+  } else {
+    // No usable driver (none, one too old for this runtime, or the toolkit's stub libcuda): every
+    // runtime call, cudaGetLastError too, answers that status; nothing can clear it.
+    EXPECT_TRUE(status == cudaErrorInsufficientDriver || status == cudaErrorStubLibrary) << said;
+    EXPECT_EQ(left, status) << said;
+  }
+  // No device node (and no WSL GPU, /dev/dxg): no device. Device nodes and no CUDA_VISIBLE_DEVICES
+  // to hide them: at least one (a MIG-partitioned GPU may show fewer or more, so no exact number).
+  if (nodes == 0 && !std::filesystem::exists("/dev/dxg")) {
+    EXPECT_EQ(count, 0) << said;
+  }
+  if (nodes > 0 && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
+    EXPECT_GT(count, 0) << said;
+  }
+}
 
 TEST(CudaLink, GemmWithoutDeviceThrowsAClearError) {
   if (cublas::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";

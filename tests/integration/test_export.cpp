@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -139,7 +140,8 @@ TEST(Export, HuggingFaceGpt2IsTheTransposedLayoutWithItsConfig) {
   ASSERT_TRUE(hf.find("transformer.wte.weight") && hf.find("transformer.ln_f.bias"));
   EXPECT_EQ(hf.read(*hf.find("transformer.wte.weight")), pt.read(*pt.find("wte.weight")));
 
-  // And back: an import of Hugging Face's names is the same model.
+  // And back: an import of Hugging Face's names is the same model (a transpose copies values:
+  // bitwise).
   const std::string back = fresh_dir("hf_back") + "/imported.h5";
   ASSERT_EQ(tessera(1, fmt::format("import {}/model.safetensors --deck {} --out {}", dir, gpt_deck(), back)).exit_code, 0);
   const RunResult d = tessera(1, fmt::format("diff {} {} --model-only --tolerance 0", ckpt(gpt_run(), 10), back));
@@ -153,9 +155,16 @@ TEST(Import, AnExportComesBackTheSameModelAndFineTunesOnOneAndTwoRanks) {
   ASSERT_EQ(tessera(1, fmt::format("export {} --out {}/gpt.safetensors", ckpt(gpt_run(), 10), dir)).exit_code, 0);
   const RunResult i = tessera(2, fmt::format("import {}/gpt.safetensors --deck {} --out {}/imported.h5", dir, gpt_deck(), dir));
   ASSERT_EQ(i.exit_code, 0) << i.output;
+  // Import copies the values, no arithmetic, whatever its rank count: bitwise the parameters.
   const RunResult d = tessera(2, fmt::format("diff {} {}/imported.h5 --model-only --tolerance 0", ckpt(gpt_run(), 10), dir));
   EXPECT_EQ(d.exit_code, 0) << d.output;
-  EXPECT_EQ(eval_loss(gpt_deck(), dir + "/imported.h5", 2), eval_loss(gpt_deck(), ckpt(gpt_run(), 10)));
+  // The same parameters evaluated on 2 ranks and on 1: the test loss is a mean whose partial sums
+  // 2 data ranks add in another order, so DESIGN.md's layout invariant (fp32 reassociation,
+  // relative 1e-5) is what holds, not bitwise equality of its 9 digits (an AVX2 Zen 3 printed
+  // 5.04080129 and 5.04080128).
+  const double two = std::stod(eval_loss(gpt_deck(), dir + "/imported.h5", 2));
+  const double one = std::stod(eval_loss(gpt_deck(), ckpt(gpt_run(), 10)));
+  EXPECT_NEAR(two, one, 1e-5 * std::abs(one));
 
   // Fine-tuning: step 0 with zero optimizer state, the same losses whatever the layout.
   std::map<int, std::map<std::int64_t, double>> losses;
@@ -178,7 +187,7 @@ TEST(Import, AnOptimizerExportContinuesTheRunToItsUninterruptedLosses) {
   ASSERT_EQ(tessera(1, fmt::format("export {} --optimizer --out {}/mlp.safetensors", ckpt(mlp_run(), 20), dir)).exit_code, 0);
   ASSERT_EQ(tessera(1, fmt::format("import {}/mlp.safetensors --deck {} --out {}/step20.h5", dir, mlp_deck(), dir)).exit_code, 0);
   const RunResult d = tessera(1, fmt::format("diff {} {}/step20.h5 --tolerance 0", ckpt(mlp_run(), 20), dir));
-  EXPECT_EQ(d.exit_code, 0) << d.output;  // optimizer state and attributes too
+  EXPECT_EQ(d.exit_code, 0) << d.output;  // optimizer state and attributes too: copied, bitwise
   const std::string run = fresh_dir("continue_run");
   const RunResult r = tessera(2, fmt::format("train {} --set run.output_dir={} --resume {}/step20.h5", mlp_deck(), run, dir));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -435,12 +444,14 @@ TEST(Import, AUNetExportComesBackWithItsStatisticsAndOldCheckpointsRecomputeThem
   const RunResult i = tessera(2, fmt::format("import {}/unet.safetensors --deck {} --out {}/imported.h5", dir, unet_deck(), dir));
   ASSERT_EQ(i.exit_code, 0) << i.output;
   EXPECT_NE(i.output.find("normalisation statistics"), std::string::npos) << i.output;
+  // Import on 2 ranks copies the values, no arithmetic: bitwise.
   const RunResult d = tessera(1, fmt::format("diff {} {}/imported.h5 --model-only --tolerance 0", checkpoint, dir));
   EXPECT_EQ(d.exit_code, 0) << d.output;
   EXPECT_NE(d.output.find("normalization/target_std"), std::string::npos) << d.output;  // compared too
 
   // The stored statistics are used: the same numbers through export and import, and whatever
-  // split the deck calls the training split.
+  // split the deck calls the training split. Every evaluation here runs on 1 rank with the same
+  // bits in, so its printed line is bitwise the same (the same layout and thread counts).
   const FieldEval stored = eval_fields(checkpoint);
   const FieldEval imported = eval_fields(dir + "/imported.h5");
   EXPECT_NE(imported.output.find("the statistics stored in"), std::string::npos) << imported.output;
@@ -448,7 +459,8 @@ TEST(Import, AUNetExportComesBackWithItsStatisticsAndOldCheckpointsRecomputeThem
   EXPECT_EQ(eval_fields(checkpoint, "--set data.train_split=test").line, stored.line);
 
   // A checkpoint without them: recomputed from the training split, the same values (so the same
-  // evaluation), and from another split other ones.
+  // evaluation: 1 rank recomputes them as the 1-rank run that trained it computed them, in the
+  // same order), and from another split other ones.
   const std::string old = without(checkpoint, "normalization", dir + "/old.h5");
   const RunResult missing = tessera(1, fmt::format("diff {} {} --model-only --tolerance 0", checkpoint, old));
   EXPECT_EQ(missing.exit_code, 1) << missing.output;  // the statistics are only in A

@@ -120,7 +120,8 @@ TEST(Training, CosineRestartsResumeMidCycleExactly) {
 
 TEST(Training, AsyncCheckpointsHoldTheSyncTensorsAndResume) {
   // The same run with synchronous and asynchronous checkpoints every 10 steps: the same losses,
-  // and checkpoints with the same tensors; the asynchronous one resumes to the same end.
+  // and checkpoints with the same tensors (bitwise: the same layout and thread counts, 2 ranks
+  // each); the asynchronous one resumes to the same end on 1 rank (another layout: 1e-5).
   const std::string sync = fresh_dir("async_sync"), async = fresh_dir("async_async");
   ASSERT_EQ(tessera(2, train_args(sync, "--set checkpoint.keep=0")).exit_code, 0);
   const RunResult r = tessera(2, train_args(async, "--set checkpoint.keep=0 --set checkpoint.async=true"));
@@ -160,8 +161,9 @@ TEST(Training, AsyncCheckpointFailingOrKilledOnOneRankKeepsTheLastOne) {
 }
 
 TEST(Training, ReplicaChecksPassAndCatchADivergedReplica) {
-  // Checks every 5 steps change nothing; a replica perturbed just before the check after step 10
-  // stops the run there, naming the tensor and the ranks, before step 10's checkpoint.
+  // Checks every 5 steps change nothing (bitwise: the same layout and thread counts, 2 ranks
+  // each); a replica perturbed just before the check after step 10 stops the run there, naming
+  // the tensor and the ranks, before step 10's checkpoint.
   const std::string plain = fresh_dir("replicas_plain"), checked = fresh_dir("replicas_checked");
   ASSERT_EQ(tessera(2, train_args(plain)).exit_code, 0);
   ASSERT_EQ(tessera(2, train_args(checked, "--set train.check_replicas_every=5")).exit_code, 0);

@@ -3,7 +3,6 @@
 // non-checkpoints and missing datasets are InputErrors, and h5py can read the file.
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -23,17 +22,11 @@ namespace io = tessera::io;
 using tessera::InputError;
 
 using tessera::test::expect_input_error;
+using tessera::test::SharedTempDirTest;
 using tessera::test::world_rank;
 using tessera::test::world_size;
 
 namespace {
-
-// A directory unique to this run, the same on every rank. Collective.
-std::string run_dir() {
-  long pid = getpid();
-  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  return "/tmp/tessera-checkpoint-io-" + std::to_string(pid);
-}
 
 // Element values no layout can fake: a function of tensor id and flat index.
 float value(int tensor, std::uint64_t flat) { return static_cast<float>(tensor) * 1000.0f + 0.5f * static_cast<float>(flat); }
@@ -70,7 +63,8 @@ std::uint64_t row_size(const Tensor& t) {
 
 const std::string kDeck = "[run]\nseed = 7\n\n[model]\nhidden = [512, 512]\n";
 
-std::string write_test_checkpoint(const std::string& name) {
+// Writes the test checkpoint as dir/checkpoints/name. Collective.
+std::string write_test_checkpoint(const std::string& dir, const std::string& name) {
   io::CheckpointContent content;
   content.root_attrs = {{"step", std::int64_t{1200}}, {"seed", std::int64_t{-7}},
                         {"layout", std::string("dp=2,tp=1,pp=1,zero=0")}, {"deck", kDeck},
@@ -89,15 +83,18 @@ std::string write_test_checkpoint(const std::string& name) {
     slab.count[0] = rows;
     content.tensors.push_back(slab);
   }
-  const std::string path = run_dir() + "/checkpoints/" + name;
+  const std::string path = dir + "/checkpoints/" + name;
   io::write_checkpoint(MPI_COMM_WORLD, path, content);
   return path;
 }
 
+// Every test writes into a directory of its own, removed after it on every rank.
+class CheckpointIo : public SharedTempDirTest {};
+
 }  // namespace
 
-TEST(CheckpointIo, TensorsReadBackExactlyUnderAnotherSplit) {
-  const std::string path = write_test_checkpoint("step_00001200.h5");
+TEST_F(CheckpointIo, TensorsReadBackExactlyUnderAnotherSplit) {
+  const std::string path = write_test_checkpoint(dir(), "step_00001200.h5");
   EXPECT_TRUE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 
@@ -137,7 +134,7 @@ TEST(CheckpointIo, TensorsReadBackExactlyUnderAnotherSplit) {
 }
 
 // ZeRO shards hold arbitrary row-major element ranges: partial rows, whole rows, partial planes.
-TEST(CheckpointIo, ElementRangesWriteAndReadAnyCut) {
+TEST_F(CheckpointIo, ElementRangesWriteAndReadAnyCut) {
   const std::vector<std::uint64_t> shape = {5, 7, 3};  // 105 elements
   const std::uint64_t total = 105;
   // Cut points that fall inside rows and planes; every rank writes one range, rank r the r-th.
@@ -161,7 +158,7 @@ TEST(CheckpointIo, ElementRangesWriteAndReadAnyCut) {
   slab.last = last;
   slab.data = mine.data();
   content.tensors.push_back(slab);
-  const std::string path = run_dir() + "/checkpoints/elements.h5";
+  const std::string path = dir() + "/checkpoints/elements.h5";
   io::write_checkpoint(MPI_COMM_WORLD, path, content);
 
   io::CheckpointFile file(MPI_COMM_WORLD, path);
@@ -193,8 +190,8 @@ TEST(CheckpointIo, ElementRangesWriteAndReadAnyCut) {
   EXPECT_EQ(wrong, 0) << "rank " << r << ": block element range";
 }
 
-TEST(CheckpointIo, AttributesRoundTrip) {
-  const std::string path = write_test_checkpoint("attrs.h5");
+TEST_F(CheckpointIo, AttributesRoundTrip) {
+  const std::string path = write_test_checkpoint(dir(), "attrs.h5");
   io::CheckpointFile file(MPI_COMM_WORLD, path);
   std::map<std::string, io::Attr> root = file.root_attrs();
   EXPECT_EQ(root.at("format"), io::Attr(std::string("tessera-checkpoint")));
@@ -211,9 +208,8 @@ TEST(CheckpointIo, AttributesRoundTrip) {
   EXPECT_TRUE(file.group_attrs("nothing").empty());
 }
 
-TEST(CheckpointIo, WrongFilesAndMissingDatasetsAreInputErrors) {
-  const std::string dir = run_dir();
-  const std::string dataset_file = dir + "/dataset.h5";
+TEST_F(CheckpointIo, WrongFilesAndMissingDatasetsAreInputErrors) {
+  const std::string dataset_file = dir() + "/dataset.h5";
   if (world_rank() == 0) {
     io::DatasetWriter out(dataset_file);
     out.write("/train/labels", {2}, std::span<const std::int32_t>(std::vector<std::int32_t>{1, 2}));
@@ -223,10 +219,10 @@ TEST(CheckpointIo, WrongFilesAndMissingDatasetsAreInputErrors) {
   MPI_Barrier(MPI_COMM_WORLD);
   expect_input_error([&] { io::CheckpointFile(MPI_COMM_WORLD, dataset_file); },
                      {dataset_file, "not a Tessera checkpoint", "tessera-dataset"});
-  expect_input_error([&] { io::CheckpointFile(MPI_COMM_WORLD, dir + "/absent.h5"); },
-                     {dir + "/absent.h5", "no such file"});
+  expect_input_error([&] { io::CheckpointFile(MPI_COMM_WORLD, dir() + "/absent.h5"); },
+                     {dir() + "/absent.h5", "no such file"});
 
-  const std::string path = write_test_checkpoint("missing.h5");
+  const std::string path = write_test_checkpoint(dir(), "missing.h5");
   io::CheckpointFile file(MPI_COMM_WORLD, path);
   EXPECT_FALSE(file.has("model/layers.9.weight"));
   EXPECT_TRUE(file.has("model/layers.0.weight"));
@@ -239,8 +235,8 @@ TEST(CheckpointIo, WrongFilesAndMissingDatasetsAreInputErrors) {
                      {path, "model/layers.0.bias", "cannot read [2] at [12]"});
 }
 
-TEST(CheckpointIo, InspectAndH5pyReadTheFile) {
-  const std::string path = write_test_checkpoint("outside.h5");
+TEST_F(CheckpointIo, InspectAndH5pyReadTheFile) {
+  const std::string path = write_test_checkpoint(dir(), "outside.h5");
   if (world_rank() != 0) return;
   std::ostringstream text;
   io::inspect_checkpoint(path, text);
@@ -262,11 +258,4 @@ TEST(CheckpointIo, InspectAndH5pyReadTheFile) {
   const std::string cmd = "/usr/bin/python3 -c \"$TESSERA_H5PY_SCRIPT\" " + path;
   setenv("TESSERA_H5PY_SCRIPT", script.c_str(), 1);
   EXPECT_EQ(std::system(cmd.c_str()), 0) << "h5py could not read " << path;
-}
-
-TEST(CheckpointIo, Cleanup) {
-  const std::string dir = run_dir();  // collective: every rank calls it
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world_rank() == 0) fs::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -3,7 +3,6 @@
 // dataset named; and the time of one training-step read on Fashion-MNIST.
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -25,35 +24,13 @@ namespace io = tessera::io;
 using tessera::InputError;
 
 using tessera::test::expect_input_error;
+using tessera::test::SharedTempDirTest;
 using tessera::test::world_rank;
 
 namespace {
 
 constexpr std::int64_t kRows = 37;
 constexpr int kTrials = 40;
-
-// A directory unique to this run, the same on every rank (rank 0's pid). Collective.
-std::string run_dir() {
-  long pid = getpid();
-  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  std::string dir = "/tmp/tessera-dataset-io-" + std::to_string(pid);
-  if (world_rank() == 0) fs::create_directories(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
-}
-
-// Rank 0 writes a file with write(); every rank returns after it is complete. Collective.
-std::string make_file(const std::string& name, const std::function<void(io::DatasetWriter&)>& write) {
-  static const std::string dir = run_dir();
-  const std::string path = dir + "/" + name;
-  if (world_rank() == 0) {
-    io::DatasetWriter out(path);
-    write(out);
-    out.close();
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return path;
-}
 
 std::uint8_t u8_input(std::int64_t i, std::int64_t k) { return static_cast<std::uint8_t>(i * 13 + k * 5); }
 float f32_input(std::int64_t i, std::int64_t k) { return 0.5f * static_cast<float>(i) - static_cast<float>(k); }
@@ -91,9 +68,25 @@ std::vector<std::int64_t> indices_for(int rank, int trial) {
   return out;
 }
 
+// Every test writes into a directory of its own, removed after it on every rank.
+class DatasetIo : public SharedTempDirTest {
+ protected:
+  // Rank 0 writes dir()/name with write(); every rank returns after it is complete. Collective.
+  std::string make_file(const std::string& name, const std::function<void(io::DatasetWriter&)>& write) {
+    const std::string path = dir() + "/" + name;
+    if (world_rank() == 0) {
+      io::DatasetWriter out(path);
+      write(out);
+      out.close();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return path;
+  }
+};
+
 }  // namespace
 
-TEST(DatasetIo, Uint8InputsWithLabelsMatchWhatWasWritten) {
+TEST_F(DatasetIo, Uint8InputsWithLabelsMatchWhatWasWritten) {
   const std::string path = make_file("u8_labels.h5", [](io::DatasetWriter& out) {
     write_u8_inputs(out, "train");
     write_labels(out, "train");
@@ -127,7 +120,7 @@ TEST(DatasetIo, Uint8InputsWithLabelsMatchWhatWasWritten) {
   }
 }
 
-TEST(DatasetIo, Float32InputsWithTargetsMatchWhatWasWritten) {
+TEST_F(DatasetIo, Float32InputsWithTargetsMatchWhatWasWritten) {
   const std::string path = make_file("f32_targets.h5", [](io::DatasetWriter& out) {
     out.write("/test/inputs", {kRows, 6}, std::span<const float>(table<float>(kRows, 6, f32_input)));
     out.write("/test/targets", {kRows, 2}, std::span<const float>(table<float>(kRows, 2, target_of)));
@@ -151,7 +144,7 @@ TEST(DatasetIo, Float32InputsWithTargetsMatchWhatWasWritten) {
   }
 }
 
-TEST(DatasetIo, ClassesAttributeWins) {
+TEST_F(DatasetIo, ClassesAttributeWins) {
   const std::string path = make_file("classes.h5", [](io::DatasetWriter& out) {
     write_u8_inputs(out, "train");
     write_labels(out, "train");
@@ -161,7 +154,7 @@ TEST(DatasetIo, ClassesAttributeWins) {
   EXPECT_EQ(split.info().classes, 10);
 }
 
-TEST(DatasetIo, MalformedFilesFailOnEveryRankNamingTheDataset) {
+TEST_F(DatasetIo, MalformedFilesFailOnEveryRankNamingTheDataset) {
   const std::string good = make_file("good.h5", [](io::DatasetWriter& out) {
     write_u8_inputs(out, "train");
     write_labels(out, "train");
@@ -204,21 +197,21 @@ TEST(DatasetIo, MalformedFilesFailOnEveryRankNamingTheDataset) {
   expect_input_error([&] { io::SupervisedSplit(MPI_COMM_WORLD, bad_label, "train", false); },
                      {bad_label, "/train/labels", "sample 35 has label 9", "< 5"});
 
-  const std::string text = run_dir() + "/not_hdf5.h5";
+  const std::string text = dir() + "/not_hdf5.h5";
   if (world_rank() == 0) std::ofstream(text) << "just text\n";
   MPI_Barrier(MPI_COMM_WORLD);
   expect_input_error([&] { io::SupervisedSplit(MPI_COMM_WORLD, text, "train", false); },
                      {text, "not an HDF5 file"});
-  const std::string missing = run_dir() + "/absent.h5";
+  const std::string missing = dir() + "/absent.h5";
   expect_input_error([&] { io::SupervisedSplit(MPI_COMM_WORLD, missing, "train", false); },
                      {missing, "no such file"});
 }
 
 // The read of one training step: 64 random rows per rank of Fashion-MNIST's training split.
-TEST(DatasetIo, FashionMnistReadOf64RandomRows) {
+TEST_F(DatasetIo, FashionMnistReadOf64RandomRows) {
   const char* source = "/usr/share/datasets/fashion-mnist";
   if (!fs::exists(source)) GTEST_SKIP() << source << " is missing (installed by the project's setup)";
-  const std::string path = run_dir() + "/fashion-mnist.h5";
+  const std::string path = dir() + "/fashion-mnist.h5";
   if (world_rank() == 0) io::prepare_fashion_mnist(source, path);
   MPI_Barrier(MPI_COMM_WORLD);
   int ranks = 1;
@@ -261,10 +254,4 @@ TEST(DatasetIo, FashionMnistReadOf64RandomRows) {
       last_x = x;
     }
   }
-}
-
-TEST(DatasetIo, Cleanup) {
-  const std::string dir = run_dir();  // collective: every rank calls it
-  if (world_rank() == 0) fs::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -5,11 +5,9 @@
 // named.
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -24,10 +22,10 @@
 #include "io/token_dataset.hpp"
 #include "mpi_test_util.hpp"
 
-namespace fs = std::filesystem;
 namespace io = tessera::io;
 
 using tessera::test::expect_input_error;
+using tessera::test::SharedTempDirTest;
 using tessera::test::world_rank;
 using tessera::test::world_size;
 
@@ -37,29 +35,6 @@ constexpr std::int64_t kTokens = 103;  // 12 windows of 8, 6 tokens left over
 constexpr std::int64_t kContext = 8;
 constexpr int kTrials = 30;
 
-// A directory unique to this run, the same on every rank (rank 0's pid). Collective.
-std::string run_dir() {
-  long pid = getpid();
-  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  std::string dir = "/tmp/tessera-token-dataset-" + std::to_string(pid);
-  if (world_rank() == 0) fs::create_directories(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
-}
-
-// Rank 0 writes a file with write(); every rank returns after it is complete. Collective.
-std::string make_file(const std::string& name, const std::function<void(io::DatasetWriter&)>& write) {
-  static const std::string dir = run_dir();
-  const std::string path = dir + "/" + name;
-  if (world_rank() == 0) {
-    io::DatasetWriter out(path);
-    write(out);
-    out.close();
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return path;
-}
-
 // Token k of a split: every value below vocab reached, neighbours unrelated.
 std::int64_t token_of(std::int64_t k, std::int64_t vocab) { return (k * 7919 + k / 3) % vocab; }
 
@@ -68,15 +43,6 @@ void write_tokens(io::DatasetWriter& out, const std::string& split, std::int64_t
   std::vector<T> tokens;
   for (std::int64_t k = 0; k < n; ++k) tokens.push_back(static_cast<T>(token_of(k, vocab)));
   out.write("/" + split + "/tokens", {std::uint64_t(n)}, std::span<const T>(tokens));
-}
-
-template <class T>
-std::string token_file(const std::string& name, std::int64_t vocab, std::int64_t n = kTokens) {
-  return make_file(name, [&](io::DatasetWriter& out) {
-    write_tokens<T>(out, "train", n, vocab);
-    out.write_attr("/", "vocab_size", vocab);
-    out.write_attr("/", "tokenizer", std::string("test"));
-  });
 }
 
 // Index sets that differ per rank and per trial: some empty, duplicates, unordered, runs of
@@ -119,45 +85,72 @@ int wrong_values(io::Split& split, std::int64_t vocab, std::vector<Rows>* reads 
   return wrong;
 }
 
-template <class T>
-void check_windows(const std::string& name, std::int64_t vocab) {
-  const std::string path = token_file<T>(name, vocab);
-  std::vector<Rows> streamed, cached;
-  for (bool cache : {false, true}) {
-    io::TokenSplit split(MPI_COMM_WORLD, path, "train", kContext, cache);
-    const io::SplitInfo& info = split.info();
-    EXPECT_EQ(info.file, path);
-    EXPECT_EQ(info.split, "train");
-    EXPECT_EQ(info.samples, (kTokens - 1) / kContext);
-    EXPECT_EQ(info.sample_shape, (std::vector<std::int64_t>{kContext}));
-    EXPECT_EQ(info.features, kContext);
-    EXPECT_TRUE(info.has_labels);
-    EXPECT_EQ(info.classes, vocab);
-    EXPECT_EQ(info.label_width, kContext);
-    EXPECT_EQ(info.target_width, 0);
-    EXPECT_EQ(info.scale, 1.0f);
-    EXPECT_EQ(info.offset, 0.0f);
-    // No fatal assertion inside the reads: a rank that left early would hang the others.
-    EXPECT_EQ(wrong_values(split, vocab, cache ? &cached : &streamed), 0)
-        << "rank " << world_rank() << " cache " << cache;
+// Every test writes into a directory of its own, removed after it on every rank.
+class TokenDataset : public SharedTempDirTest {
+ protected:
+  // Rank 0 writes dir()/name with write(); every rank returns after it is complete. Collective.
+  std::string make_file(const std::string& name, const std::function<void(io::DatasetWriter&)>& write) {
+    const std::string path = dir() + "/" + name;
+    if (world_rank() == 0) {
+      io::DatasetWriter out(path);
+      write(out);
+      out.close();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return path;
   }
-  ASSERT_EQ(streamed.size(), cached.size());
-  for (std::size_t k = 0; k < streamed.size(); ++k) {
-    EXPECT_EQ(streamed[k].x, cached[k].x) << "trial " << k;
-    EXPECT_EQ(streamed[k].y, cached[k].y) << "trial " << k;
+
+  // A split /train of n tokens token_of(k, vocab), with vocab_size and tokenizer. Collective.
+  template <class T>
+  std::string token_file(const std::string& name, std::int64_t vocab, std::int64_t n = kTokens) {
+    return make_file(name, [&](io::DatasetWriter& out) {
+      write_tokens<T>(out, "train", n, vocab);
+      out.write_attr("/", "vocab_size", vocab);
+      out.write_attr("/", "tokenizer", std::string("test"));
+    });
   }
-}
+
+  // Writes name, then reads its windows streamed and cached: the closed form, and both alike.
+  template <class T>
+  void check_windows(const std::string& name, std::int64_t vocab) {
+    const std::string path = token_file<T>(name, vocab);
+    std::vector<Rows> streamed, cached;
+    for (bool cache : {false, true}) {
+      io::TokenSplit split(MPI_COMM_WORLD, path, "train", kContext, cache);
+      const io::SplitInfo& info = split.info();
+      EXPECT_EQ(info.file, path);
+      EXPECT_EQ(info.split, "train");
+      EXPECT_EQ(info.samples, (kTokens - 1) / kContext);
+      EXPECT_EQ(info.sample_shape, (std::vector<std::int64_t>{kContext}));
+      EXPECT_EQ(info.features, kContext);
+      EXPECT_TRUE(info.has_labels);
+      EXPECT_EQ(info.classes, vocab);
+      EXPECT_EQ(info.label_width, kContext);
+      EXPECT_EQ(info.target_width, 0);
+      EXPECT_EQ(info.scale, 1.0f);
+      EXPECT_EQ(info.offset, 0.0f);
+      // No fatal assertion inside the reads: a rank that left early would hang the others.
+      EXPECT_EQ(wrong_values(split, vocab, cache ? &cached : &streamed), 0)
+          << "rank " << world_rank() << " cache " << cache;
+    }
+    ASSERT_EQ(streamed.size(), cached.size());
+    for (std::size_t k = 0; k < streamed.size(); ++k) {
+      EXPECT_EQ(streamed[k].x, cached[k].x) << "trial " << k;
+      EXPECT_EQ(streamed[k].y, cached[k].y) << "trial " << k;
+    }
+  }
+};
 
 }  // namespace
 
-TEST(TokenDataset, Uint8WindowsAndNextTokenLabels) { check_windows<std::uint8_t>("u8.h5", 256); }
-TEST(TokenDataset, Uint16WindowsAndNextTokenLabels) { check_windows<std::uint16_t>("u16.h5", 50257); }
-TEST(TokenDataset, Int32WindowsAndNextTokenLabels) { check_windows<std::int32_t>("i32.h5", 1 << 24); }
-TEST(TokenDataset, Int64TokensAreAcceptedToo) { check_windows<std::int64_t>("i64.h5", 1000); }
+TEST_F(TokenDataset, Uint8WindowsAndNextTokenLabels) { check_windows<std::uint8_t>("u8.h5", 256); }
+TEST_F(TokenDataset, Uint16WindowsAndNextTokenLabels) { check_windows<std::uint16_t>("u16.h5", 50257); }
+TEST_F(TokenDataset, Int32WindowsAndNextTokenLabels) { check_windows<std::int32_t>("i32.h5", 1 << 24); }
+TEST_F(TokenDataset, Int64TokensAreAcceptedToo) { check_windows<std::int64_t>("i64.h5", 1000); }
 
 // The edges of the window count: context 1 (windows share every other token), a split of
 // exactly context + 1 tokens (one sample), and N - 1 a multiple of the context (no tokens left).
-TEST(TokenDataset, WindowCountAtTheEdges) {
+TEST_F(TokenDataset, WindowCountAtTheEdges) {
   const std::string path = token_file<std::uint16_t>("edges.h5", 300);
   struct Case {
     std::int64_t context, samples;
@@ -174,7 +167,7 @@ TEST(TokenDataset, WindowCountAtTheEdges) {
 
 // Every rank reads every window at once (the whole split in one union of hyperslabs), then one
 // rank reads alone while the others read nothing.
-TEST(TokenDataset, WholeSplitAndLoneReaders) {
+TEST_F(TokenDataset, WholeSplitAndLoneReaders) {
   const std::string path = token_file<std::uint8_t>("whole.h5", 256);
   for (bool cache : {false, true}) {
     io::TokenSplit split(MPI_COMM_WORLD, path, "train", kContext, cache);
@@ -201,7 +194,7 @@ TEST(TokenDataset, WholeSplitAndLoneReaders) {
 
 // More tokens than one round of the open-time check reads per rank (2^20): a bad token near the
 // end is still found when nothing is cached, and windows across the rounds read back right.
-TEST(TokenDataset, LongSplitIsCheckedInRounds) {
+TEST_F(TokenDataset, LongSplitIsCheckedInRounds) {
   constexpr std::int64_t n = (std::int64_t{5} << 19) + 3, vocab = 251;
   const std::string good = token_file<std::uint8_t>("long.h5", vocab, n);
   io::TokenSplit split(MPI_COMM_WORLD, good, "train", 1000, false);
@@ -221,7 +214,7 @@ TEST(TokenDataset, LongSplitIsCheckedInRounds) {
   }
 }
 
-TEST(TokenDataset, OpenSplitPicksTheLayout) {
+TEST_F(TokenDataset, OpenSplitPicksTheLayout) {
   const std::string tokens = token_file<std::uint16_t>("pick_tokens.h5", 1000);
   const std::string supervised = make_file("pick_supervised.h5", [](io::DatasetWriter& out) {
     out.write("/train/inputs", {4, 3}, std::span<const float>(std::vector<float>(12, 0.5f)));
@@ -247,12 +240,12 @@ TEST(TokenDataset, OpenSplitPicksTheLayout) {
   });
   expect_input_error([&] { io::open_split(MPI_COMM_WORLD, empty_group, "train", kContext, false); },
                      {empty_group, "no dataset inputs or tokens in group /train", "/train/tokens"});
-  const std::string missing = run_dir() + "/absent.h5";
+  const std::string missing = dir() + "/absent.h5";
   expect_input_error([&] { io::open_split(MPI_COMM_WORLD, missing, "train", kContext, false); },
                      {missing, "no such file"});
 }
 
-TEST(TokenDataset, MalformedFilesFailOnEveryRankNamingTheDataset) {
+TEST_F(TokenDataset, MalformedFilesFailOnEveryRankNamingTheDataset) {
   const std::string good = token_file<std::uint8_t>("good.h5", 256);
   expect_input_error([&] { io::TokenSplit(MPI_COMM_WORLD, good, "val", kContext, false); },
                      {good, "no group /val", "/val/tokens"});
@@ -327,9 +320,8 @@ TEST(TokenDataset, MalformedFilesFailOnEveryRankNamingTheDataset) {
 }
 
 // A file written by `tessera prepare text`: the windows of both splits are the text's bytes.
-TEST(TokenDataset, ReadsWhatPrepareTextWrote) {
-  const std::string dir = run_dir();
-  const std::string text_path = dir + "/notes.txt", path = dir + "/notes.h5";
+TEST_F(TokenDataset, ReadsWhatPrepareTextWrote) {
+  const std::string text_path = dir() + "/notes.txt", path = dir() + "/notes.h5";
   std::string text;
   for (int line = 0; line < 60; ++line)
     text += "Line " + std::to_string(line) + ": the quick brown fox \xe2\x9c\x93 jumps.\n";
@@ -371,7 +363,7 @@ TEST(TokenDataset, ReadsWhatPrepareTextWrote) {
 // The read of one training step of inputs/kjv_gpt.toml's shape: 64 random windows of 256 byte
 // tokens per rank from a 4.4 M-token split. Information, not an assertion; what is asserted is
 // that the streamed and the cached reads of the same windows agree.
-TEST(TokenDataset, ReadOf64RandomWindows) {
+TEST_F(TokenDataset, ReadOf64RandomWindows) {
   constexpr std::int64_t n = 4'400'000, context = 256, batch = 64;
   const std::string path = token_file<std::uint8_t>("kjv_sized.h5", 256, n);
   std::vector<Rows> last(2);
@@ -402,10 +394,4 @@ TEST(TokenDataset, ReadOf64RandomWindows) {
   }
   EXPECT_EQ(last[0].x, last[1].x);
   EXPECT_EQ(last[0].y, last[1].y);
-}
-
-TEST(TokenDataset, Cleanup) {
-  const std::string dir = run_dir();  // collective: every rank calls it
-  if (world_rank() == 0) fs::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
 }

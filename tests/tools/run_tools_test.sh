@@ -119,6 +119,8 @@ step_plot_checkpoints() {
 
   # --parallel on 2 ranks reads through MPI-IO (python3-h5py-mpi, python3-mpi4py from
   # tools/setup.sh) and prints the serial run's table; on one process it says what it needs.
+  # The tables are compared exactly: each tensor's norms are computed whole by one rank with the
+  # serial code (no sum is split across ranks), so the rank count changes no arithmetic.
   "$MPIEXEC" -n 2 --oversubscribe --bind-to none "$TOOLS_PYTHON" "$tools/plot_checkpoints.py" \
     "$run" --out "$WORK_DIR/checkpoints_mpi.png" --parallel | tee "$WORK_DIR/table_mpi.txt"
   check_png "$WORK_DIR/checkpoints_mpi.png"
