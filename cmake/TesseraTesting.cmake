@@ -54,3 +54,17 @@ function(tessera_add_mpi_test name)
       LABELS "mpi" PROCESSORS ${np} ENVIRONMENT "${TESSERA_MPIEXEC_ENV}")
   endforeach()
 endfunction()
+
+# tessera_apply_test_costs()
+#   sets COST on the tests of the calling directory named in TESSERA_TEST_COSTS (pairs of a test
+#   and its seconds; tests/CMakeLists.txt): ctest -j starts the costliest first.
+function(tessera_apply_test_costs)
+  get_property(here DIRECTORY PROPERTY TESTS)
+  set(costs ${TESSERA_TEST_COSTS})
+  while(costs)
+    list(POP_FRONT costs test cost)
+    if(test IN_LIST here)
+      set_tests_properties(${test} PROPERTIES COST ${cost})
+    endif()
+  endwhile()
+endfunction()
