@@ -4,6 +4,8 @@
 #include <stdlib.h>
 
 #include <Kokkos_Core.hpp>
+#include <string_view>
+#include <vector>
 
 #include "cli/cli.hpp"
 #include "core/memory.hpp"
@@ -19,11 +21,24 @@ int main(int argc, char** argv) {
   // sieving is on (open-mpi/ompi#10546; seen here at 4 ranks); off unless the user set it.
   setenv("OMPI_MCA_fbtl_posix_read_datasieving", "0", 0);
   MPI_Init(&argc, &argv);
+  // Kokkos sees only its own arguments (--kokkos-*): given the whole command line it would print
+  // its own help for --help (and for every subcommand's), ahead of Tessera's. --kokkos-help
+  // prints Kokkos's help alone.
+  std::vector<char*> kokkos_args{argv[0]}, args{argv[0]};
+  bool kokkos_help = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    kokkos_help = kokkos_help || arg == "--kokkos-help";
+    (arg.starts_with("--kokkos-") ? kokkos_args : args).push_back(argv[i]);
+  }
+  int kokkos_argc = static_cast<int>(kokkos_args.size()), tessera_argc = static_cast<int>(args.size());
+  kokkos_args.push_back(nullptr);
+  args.push_back(nullptr);
   int code = 0;
   {
-    Kokkos::ScopeGuard kokkos(argc, argv);
+    Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
     tessera::mem::install_tracking();
-    code = tessera::cli::run(argc, argv);
+    if (!kokkos_help || tessera_argc > 1) code = tessera::cli::run(tessera_argc, args.data());
   }
   MPI_Finalize();
   return code;

@@ -60,16 +60,24 @@ fi
 stage "Release pass (ctest -j 2)" ctest_pass release build || true
 
 if [[ ${TESSERA_SKIP_SANITIZERS:-0} != 1 ]]; then
-  stage "sanitizer build (ASan + UBSan, Debug)" \
-    env TESSERA_BUILD_TYPE=Debug TESSERA_CUDA=OFF tools/setup.sh build-asan -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON || exit 1
+  # Debug (assertions on) at -O1, ASan's recommended level: its checks survive, and the training
+  # loops of the integration tests run several times faster than at -O0. No CUDA wrappers.
+  stage "sanitizer build (ASan + UBSan, Debug -O1)" \
+    env TESSERA_BUILD_TYPE=Debug TESSERA_CUDA=OFF tools/setup.sh build-asan -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON \
+    "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" "-DCMAKE_C_FLAGS_DEBUG=-g -O1" || exit 1
+  # The scope: the sanitizers look for memory errors and undefined behaviour in Tessera's own code
+  # paths, so the pass runs the labels that reach them: unit, mpi (the MPI tests on 1, 2 and 4
+  # ranks and the integration tests, which run the whole program) and fuzz (every fuzz seed and
+  # every input that ever was a finding). It leaves out, unless TESSERA_SANITIZE_ALL=1:
+  #   cluster  launchers, placement, Slurm across nodes, node failures: what mpirun, srun and Slurm
+  #            do with Tessera's processes, through code paths the single-node tests run;
+  #   damage   170 whole commands on damaged files: the readers that the fuzz replays and
+  #            test_robustness run here, and that the fuzzing stage runs under ASan + UBSan;
+  #   slurm, tools, lint  shell and Python (job scripts, analysis tools, shellcheck), which run
+  #            Tessera only as the integration tests do.
   # Leak checking is off: Open MPI and HDF5 keep allocations alive until exit by design.
-  # The multi-node tests (label cluster, about 6 minutes in Release) check launchers, placement,
-  # Slurm and node failures, not code paths the single-node tests leave out; the damage test
-  # (label damage, 4-6 minutes in Release) runs 168 whole commands whose code paths the fuzz
-  # replays (label fuzz) and test_robustness cover under the sanitizers in seconds. Both run in
-  # the Release pass only unless TESSERA_SANITIZE_ALL=1.
   exclude=()
-  [[ ${TESSERA_SANITIZE_ALL:-0} == 1 ]] || exclude=(-LE "cluster|damage")
+  [[ ${TESSERA_SANITIZE_ALL:-0} == 1 ]] || exclude=(-LE "cluster|damage|slurm|tools|lint")
   export ASAN_OPTIONS=detect_leaks=0
   stage "sanitizer pass (ctest -j 2)" ctest_pass sanitizer build-asan "${exclude[@]}" || true
 fi

@@ -82,6 +82,12 @@ void add_deck(CLI::App* cmd, DeckArgs& a) {
   cmd->add_option("--set", a.overrides, "override a deck key: section.key=value (repeatable)");
 }
 
+// Ends a command's help with one example command line, after its footer if it has one.
+void example(CLI::App* cmd, const std::string& line) {
+  const std::string footer = cmd->get_footer();
+  cmd->footer((footer.empty() ? "" : footer + "\n") + "Example: " + line);
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -225,6 +231,25 @@ int run(int argc, char** argv) {
   bench_comm_cmd->add_option("--warmup", bench_comm_args.warmup, "untimed iterations per size")->capture_default_str();
   bench_comm_cmd->add_option("--segment-kb", bench_comm_args.segment_kb, "ring and parameter-server message size, as comm.ring_segment_kb")->capture_default_str();
   bench_comm_cmd->add_option("--csv", bench_comm_args.csv, "write the results to this CSV file");
+
+  // One example command line at the end of every command's help.
+  example(&app, "tools/mpirun.sh -n 2 tessera train inputs/fashion_mnist_mlp.toml --resume auto");
+  example(train_cmd, "tools/mpirun.sh -n 4 tessera train inputs/fashion_mnist_mlp.toml --set train.epochs=3 --resume auto");
+  example(check_cmd, "tessera check inputs/fashion_mnist_mlp.toml --ranks 4 --ranks-per-node 2");
+  example(plan_cmd, "tessera plan inputs/kjv_gpt.toml --nodes 64 --gpus-per-node 4 --link-gbps 200 --from runs/kjv_gpt");
+  example(eval_cmd, "tools/mpirun.sh -n 2 tessera eval inputs/fashion_mnist_mlp.toml --checkpoint runs/fashion_mnist_mlp/checkpoints/step_00004680.h5");
+  example(generate_cmd, "tessera generate inputs/kjv_gpt.toml --checkpoint runs/kjv_gpt/checkpoints/step_00003500.h5 --prompt \"And God said\" --tokens 200 --temperature 0.8 --top-k 40");
+  example(prepare_cmd, "tessera prepare fashion-mnist --out data/fashion-mnist.h5");
+  example(fmnist_cmd, "tessera prepare fashion-mnist --out data/fashion-mnist.h5 --source /usr/share/datasets/fashion-mnist");
+  example(text_cmd, "tessera prepare text --out data/corpus.h5 --val-fraction 0.05 data/kjv.txt");
+  example(darcy_cmd, "tools/mpirun.sh -n 2 tessera prepare darcy --out data/darcy.h5 --size 64 --train 1000 --test 100");
+  example(inspect_cmd, "tessera inspect runs/fashion_mnist_mlp/checkpoints/step_00004680.h5");
+  example(diff_cmd, "tessera diff runs/a/checkpoints/step_00000100.h5 runs/b/checkpoints/step_00000100.h5 --tolerance 1e-5");
+  example(doctor_cmd, "tessera doctor runs/fashion_mnist_mlp");
+  example(export_cmd, "tessera export runs/kjv_gpt/checkpoints/step_00003500.h5 --hf-gpt2 --out kjv-gpt2-hf");
+  example(import_cmd, "tessera import model.safetensors --deck inputs/kjv_gpt.toml --out imported.h5");
+  example(bench_cmd, "tools/mpirun.sh -n 2 tessera bench comm --sizes 1K..64M");
+  example(bench_comm_cmd, "tools/mpirun.sh -n 2 tessera bench comm --sizes 1K..64M --algorithms mpi,ring --csv comm.csv");
 
   try {
     app.parse(argc, argv);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -155,6 +156,16 @@ std::string format_duration(double seconds) {
   if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
   if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
   return fmt::format("{}s", s);
+}
+
+std::string format_rate(double per_second) {
+  if (!std::isfinite(per_second) || per_second <= 0.0) return per_second == 0.0 ? "0" : "?";
+  const int exponent = static_cast<int>(std::floor(std::log10(per_second)));
+  const double unit = std::pow(10.0, exponent - 2);  // the third significant digit's place
+  const double rounded = std::round(per_second / unit) * unit;
+  // Rounding up can carry into a new digit (999.6 -> 1000): one decimal fewer then.
+  const int decimals = std::max(0, 2 - static_cast<int>(std::floor(std::log10(rounded))));
+  return fmt::format("{:.{}f}", rounded, decimals);
 }
 
 }  // namespace tessera

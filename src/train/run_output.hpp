@@ -56,4 +56,8 @@ class RunOutput {
 /// \brief Seconds as "1h02m", "3m05s" or "42s" for ETA lines.
 std::string format_duration(double seconds);
 
+/// \brief A rate with three significant digits and no exponent ("0.0456", "3.14", "812", "15400"):
+/// a progress line's samples/s and tokens/s, whatever the model's speed.
+std::string format_rate(double per_second);
+
 }  // namespace tessera

@@ -472,10 +472,15 @@ void Trainer::log_progress(double lr, double loss, double grad_norm) {
                        static_cast<double>(state_.batch_in_epoch) / static_cast<double>(sampler_->batches_per_epoch());
   // One plain line per log, never a carriage return: log.txt and batch job output stay readable.
   const double percent = 100.0 * static_cast<double>(state_.step) / static_cast<double>(total_steps());
+  // Rates in the model's units, three significant digits: tokens/s beside samples/s for token
+  // models (a sample is a context of tokens).
+  const std::string tokens = cfg_.model.kind == ModelKind::gpt
+                                 ? " tokens/s " + format_rate(rate * static_cast<double>(cfg_.model.context))
+                                 : std::string();
   out_->log(fmt::format("step {:>{}}/{} ({:.1f}%) epoch {:.2f} loss {:.4f} lr {:.4g} grad_norm {:.4f} "
-                        "samples/s {:.0f} eta {}",
+                        "samples/s {}{} eta {}",
                         state_.step, fmt::formatted_size("{}", total_steps()), total_steps(), percent,
-                        epoch, loss, lr, grad_norm, rate, format_duration(eta)));
+                        epoch, loss, lr, grad_norm, format_rate(rate), tokens, format_duration(eta)));
   MetricsRow row;
   row.kind = "train";
   row.step = state_.step;

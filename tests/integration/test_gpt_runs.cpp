@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <string>
 
 #include "run_helpers.hpp"
@@ -110,6 +111,20 @@ TEST(Gpt, InterleavedStagesTrainTheSameModel) {
     const RunResult d = tessera(1, "diff " + ref + ckpt + " " + dir + ckpt + " --model-only --tolerance 5e-3");
     EXPECT_EQ(d.exit_code, 0) << d.output;
   }
+}
+
+TEST(Gpt, ProgressLinesGiveTokensPerSecondBesideSamples) {
+  // Each progress line: samples/s and tokens/s = samples/s x context (32 in gpt_test.toml), each
+  // to three significant digits (so they agree within the two roundings, 1%).
+  const std::string log = read_file(reference() + "/log.txt");
+  const std::regex rates(R"(samples/s ([0-9.]+) tokens/s ([0-9.]+) eta )");
+  int lines = 0;
+  for (std::sregex_iterator m(log.begin(), log.end(), rates), end; m != end; ++m, ++lines) {
+    const double samples = std::stod((*m)[1].str()), tokens = std::stod((*m)[2].str());
+    EXPECT_GT(samples, 0.0) << (*m)[0].str();
+    EXPECT_NEAR(tokens / (32.0 * samples), 1.0, 0.01) << (*m)[0].str();
+  }
+  EXPECT_GE(lines, 3) << log;
 }
 
 TEST(Gpt, RecomputationLowersActivationMemoryAndKeepsTheLosses) {

@@ -10,6 +10,7 @@
 
 #include "io/metrics_file.hpp"
 #include "run_helpers.hpp"
+#include "train/run_output.hpp"
 
 namespace tessera::test {
 namespace {
@@ -29,13 +30,25 @@ const std::string& run_dir() {
   return dir;
 }
 
+TEST(RunOutput, RatesHaveThreeSignificantDigitsAndNoExponent) {
+  EXPECT_EQ(format_rate(15398.4), "15400");
+  EXPECT_EQ(format_rate(812.49), "812");
+  EXPECT_EQ(format_rate(3.14159), "3.14");
+  EXPECT_EQ(format_rate(0.045649), "0.0456");
+  EXPECT_EQ(format_rate(0.31), "0.310");  // a GPT-2-small step of many seconds: not "0"
+  EXPECT_EQ(format_rate(999.6), "1000");
+  EXPECT_EQ(format_rate(9.996), "10.0");
+  EXPECT_EQ(format_rate(0.0), "0");
+  EXPECT_EQ(format_rate(std::nan("")), "?");
+}
+
 TEST(RunOutput, ProgressLinesShowPercentRateAndEtaWithoutCarriageReturns) {
   const std::string out = read_file(run_dir() + "/stdout.txt");
   const std::string log = read_file(run_dir() + "/log.txt");
   EXPECT_EQ(out.find('\r'), std::string::npos);
   EXPECT_EQ(log.find('\r'), std::string::npos);
   const std::regex line(R"(step +(\d+)/30 \((\d+\.\d)%\) epoch \S+ loss \S+ lr \S+ grad_norm \S+ )"
-                        R"(samples/s \d+ eta (\d+s|\d+m\d\ds|\d+h\d\dm))");
+                        R"(samples/s \d+(\.\d+)? eta (\d+s|\d+m\d\ds|\d+h\d\dm))");
   std::vector<int> steps;
   std::stringstream ss(out);
   for (std::string l; std::getline(ss, l);) {
