@@ -189,8 +189,10 @@ void write_tensor(hid_t file, const TensorSlab& t, std::uint64_t checksum, hid_t
 //   fail_in_checkpoint: rank 1 (rank 0 when alone) fails to write a tensor there, the others
 //     write on: the failure must reach every rank (exit 2), not leave them waiting.
 //   pause_in_checkpoint: every rank prints a line and waits there until a signal arrives (at most
-//     60 s), so a test can signal a run at a known step however fast the machine is
-//     (tests/slurm/test_slurm.sh).
+//     180 s), so a test can signal a run at a known step however fast the machine is
+//     (tests/slurm/test_slurm.sh). 180 s: Slurm's warning lands anywhere in a 30-s window, which
+//     a test must place after a loaded machine's ranks have reached the pause and before a fast
+//     machine's pause ends.
 // Unset, they cost one getenv per checkpoint.
 bool hook_names_step(test_hooks::StepHook hook, const CheckpointContent& content) {
   const auto step = content.root_attrs.find("step");
@@ -208,7 +210,7 @@ void run_test_hooks(MPI_Comm comm, const CheckpointContent& content) {
     std::fprintf(stderr, "tessera: rank %d: TESSERA_TEST_PAUSE_IN_CHECKPOINT: waiting for a signal\n", rank);
     std::fflush(stderr);
     // A caught signal ends nanosleep early (EINTR); SA_RESTART never restarts it.
-    timespec left{60, 0};
+    timespec left{180, 0};
     nanosleep(&left, &left);
   }
   if (hook_names_step(test_hooks::StepHook::kill_in_checkpoint, content) && rank == std::min(1, size - 1)) {

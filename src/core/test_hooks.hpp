@@ -23,7 +23,7 @@
 //       integration/test_crash.
 //   TESSERA_TEST_PAUSE_IN_CHECKPOINT=<steps>
 //       every rank prints "tessera: rank R: TESSERA_TEST_PAUSE_IN_CHECKPOINT: waiting for a
-//       signal" and sleeps inside those checkpoints' writes until a signal arrives, at most 60 s
+//       signal" and sleeps inside those checkpoints' writes until a signal arrives, at most 180 s
 //       (io/checkpoint_file.cpp). integration/test_robustness, tests/slurm, tests/cluster.
 //   TESSERA_TEST_FAIL_IN_READ=K
 //       rank 1 (rank 0 when alone) fails the K-th checkpoint tensor read of its process

@@ -400,12 +400,15 @@ link() {
   ip -n "$node" link set eth0 "$state"
 }
 
+# Every process of node $1 is sent SIGKILL (again: one forked since the last look is new); none left.
+killed() { kill_namespace_processes KILL "$1" && namespaces_empty "$1"; }
 kill_node() {
   local node
   node=$(resolve "$1")
   link "$node" down
-  kill_namespace_processes KILL "$node"
-  wait_for 5 namespaces_empty "$node" || die "processes of $node survived SIGKILL"
+  # A loaded machine may take seconds to finish the exits; a process survives SIGKILL only if it
+  # was forked after the list was taken, so each look kills again.
+  wait_for 30 killed "$node" || die "processes of $node survived SIGKILL for 30 s"
   echo "cluster: $node killed (link down, every process on it killed)"
 }
 

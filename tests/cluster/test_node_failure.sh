@@ -26,7 +26,9 @@ cd "$jobs_dir"
 export TESSERA=$TESSERA_BINARY TESSERA_JOBSCRIPTS=$SOURCE_DIR/jobscripts
 export DECK=$SOURCE_DIR/inputs/fashion_mnist_mlp-ci.toml
 # 120 samples split over 8 and over 6 ranks; a row every step, so the test sees where the run is.
-steps=60
+# 100 steps: the failure comes at step 25 or later (a loaded machine ran on to step 36 between
+# seeing step 25 and the kill), and must come well before the end: 75 steps of margin.
+steps=100
 args=(--set "data.path=$(data_path)" --set run.blas_threads=1 --set "train.steps=$steps"
   --set train.global_batch=120 --set train.log_every=1 --set checkpoint.every_steps=10
   --set checkpoint.keep=0 --set eval.every_steps=30)
@@ -102,8 +104,10 @@ wait_mid_run "$run"
 batch_node=$(job_field "$jid" BatchHost)
 [[ $batch_node == "$(node 1)" ]] || fail "job $jid's batch node is $batch_node, expected $(node 1)"
 t_fail=$(now)
-at_step=$(last_step "$run")
 "$cluster_sh" kill n1
+# The last row once the node is dead (rank 0, the writer, died with it), not the one before the
+# kill: the run goes on while the kill is under way, past a checkpoint perhaps.
+at_step=$(last_step "$run")
 say "a) job $jid at step $at_step: killed its batch node $(node 1)"
 check_requeued_run "$run" "$t_fail" "$(node 1)" "$at_step"
 say "a) passed: requeued onto 3 nodes, 6 data replicas, resumed; bit for bit the run that changes layout there"
@@ -120,8 +124,10 @@ stale=$(ip netns pids "$(node 3)" | while read -r pid; do
 done || true)
 [[ $(wc -w <<<"$stale") -eq 2 ]] || fail "expected 2 ranks on $(node 3), found: $stale"
 t_fail=$(now)
-at_step=$(last_step "$run")
 "$cluster_sh" cut n3
+# Read after the cut (as in a): a checkpoint that completes after it had all of n3's ranks' part
+# before it, so its step's row, written before the checkpoint began, is already there.
+at_step=$(last_step "$run")
 say "b) job $jid at step $at_step: cut $(node 3) off; its ranks $(paste -sd' ' <<<"$stale") live on"
 check_requeued_run "$run" "$t_fail" "$(node 3)" "$at_step"
 for pid in $stale; do alive "$pid" || fail "the stale rank $pid on $(node 3) ended while the node was cut off"; done

@@ -356,11 +356,14 @@ TEST(Robustness, CtrlCToTheLauncherStopsWithACheckpointThatResumes) {
   // The ranks pause inside the checkpoint at step 10 until a signal comes; Ctrl-C (SIGINT) to
   // tools/mpirun.sh then reaches them as a stop request: they finish, exit 4, and the run resumes
   // to the uninterrupted losses.
+  // Assumes: Ctrl-C is sent only once both ranks have printed that they pause (they reach the
+  // pause seconds apart under load; a rank signalled before its pause would sleep the pause's
+  // whole length), and a loaded sanitizer build reaches step 10 within 300 s.
   const std::string dir = fresh_dir("robust_ctrl_c"), out = dir + ".out";
   const std::string script = fmt::format(
       // bash with job control: a background job of a plain sh ignores SIGINT from the start.
       "cd {src} && bash -c 'set -m; TESSERA_TEST_PAUSE_IN_CHECKPOINT=10 tools/mpirun.sh -n 2 {bin} {a} >{out} 2>&1 & "
-      "pid=$!; for i in $(seq 600); do grep -q \"waiting for a signal\" {out} && break; sleep 0.1; done; "
+      "pid=$!; for i in $(seq 3000); do [ \"$(grep -c \"waiting for a signal\" {out} 2>/dev/null)\" -ge 2 ] && break; sleep 0.1; done; "
       "kill -INT $pid; wait $pid; echo exit=$?'",
       fmt::arg("src", TESSERA_SOURCE_DIR), fmt::arg("bin", TESSERA_BINARY), fmt::arg("a", args(dir)),
       fmt::arg("out", out));

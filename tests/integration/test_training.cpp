@@ -298,6 +298,8 @@ TEST(Signals, SigtermToOneRankCheckpointsAndExitsFourEverywhere) {
   shell(fmt::format("({} > {}/out.txt 2>&1; echo $? > {}/rc) > /dev/null 2>&1 &",
                     tessera_command(4, train_args(run, extra + "--set train.steps=10000000")), dir, dir));
   // Wait for a few logged steps, then signal one rank (not rank 0's mpiexec: a tessera process).
+  // Assumes only that the signal lands within the 10 million steps; the run goes on for any number
+  // of steps before the step whose reduction carries the flag, so the stop step is read, not set.
   auto wait_for = [](const std::function<bool()>& done) {
     for (int i = 0; i < 1200 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     return done();

@@ -2,17 +2,17 @@
 # The job scripts of jobscripts/ under a real Slurm: a private one-node cluster (its own munged,
 # slurmctld and slurmd, everything in a temporary directory, ports chosen free), then
 #   a) cpu.sbatch runs the CI deck to the end (ranks started by mpirun inside the allocation);
-#   b) cpu.sbatch again (ranks started by srun --mpi=pmix) with --time=1 --signal=B:USR1@10:
+#   b) cpu.sbatch again (ranks started by srun --mpi=pmix) with --time=2 --signal=B:USR1@40:
 #      Slurm's own warning before the time limit reaches the batch shell mid-run; the ranks
 #      checkpoint, exit 4, the job requeues itself, starts again, resumes and completes, and its
 #      train and eval losses equal run a)'s;
 #   c) chained.sbatch submits a chain of two dependent jobs; the first link gets the same USR1
 #      at once from `scancel --batch --signal=USR1` and exits 4, the second resumes and
 #      completes, again with a)'s losses.
-# slurmctld checks warning deadlines only every 30 s, so b)'s warning lands anywhere from 20 to
-# 50 s after the start. "Mid-run" is made exact, on a fast Release build and a slow sanitizer
+# slurmctld checks warning deadlines only every 30 s, so b)'s warning lands anywhere from 50 to
+# 80 s after the start. "Mid-run" is made exact, on a fast Release build and a slow sanitizer
 # build alike, by the test hook TESSERA_TEST_PAUSE_IN_CHECKPOINT=20 (io/checkpoint_file.cpp):
-# the ranks wait inside the step-20 checkpoint until a signal comes (at most 60 s), so they stop
+# the ranks wait inside the step-20 checkpoint until a signal comes (at most 180 s), so they stop
 # after step 21. That every job script asks for --signal=B:USR1@N is checked by
 # tests/slurm/lint_jobscripts.sh.
 #
@@ -268,20 +268,23 @@ check_stop_and_resume() {
 }
 
 # --- b) Slurm's own warning before the time limit: checkpoint, exit 4, requeue, resume ----------
-# --time=1 --signal=B:USR1@10 (the command line overrides the script's @120). slurmctld checks
+# --time=2 --signal=B:USR1@40 (the command line overrides the script's @120). slurmctld checks
 # warning deadlines every 30 s and sends the warning at the first check at or after
-# end - 10 s - 30 s, i.e. 20 to 50 s after the start (measured here: both @30 and @50 arrived at
-# the same check). The ranks reach the step-20 checkpoint within seconds and wait there for it.
+# end - 40 s - 30 s, i.e. 50 to 80 s after the start (measured with --time=1: both @30 and @50
+# arrived at the same check). What this may assume: the ranks reach the step-20 checkpoint
+# within 50 s of the start (seconds unloaded; --time=1 --signal=B:USR1@10 gave a loaded machine
+# only 20 s), the pause (180 s) outlasts the latest warning, the second start completes within
+# 50 s (its own warning), and the stop and requeue take less than the 40 s left.
 run=$WORK_DIR/run_requeue
 rm -rf "$run"
-jid=$(TESSERA_TEST_PAUSE_IN_CHECKPOINT=$pause_step sbatch --parsable --time=1 --signal=B:USR1@10 \
+jid=$(TESSERA_TEST_PAUSE_IN_CHECKPOINT=$pause_step sbatch --parsable --time=2 --signal=B:USR1@40 \
   "$SOURCE_DIR/jobscripts/cpu.sbatch" "${deck_args[@]}" --set "run.output_dir=$run")
 out=$jobs_dir/tessera-$jid.out
-say "b) job $jid: cpu.sbatch, srun --mpi=pmix, --time=1 --signal=B:USR1@10"
+say "b) job $jid: cpu.sbatch, srun --mpi=pmix, --time=2 --signal=B:USR1@40"
 wait_for 120 paused "$out" || fail "job $jid: its ranks did not reach the step-$pause_step checkpoint within 120 s"
-say "b) both ranks wait in the step-$pause_step checkpoint; Slurm's warning is due 20 to 50 s after the start"
+say "b) both ranks wait in the step-$pause_step checkpoint; Slurm's warning is due 50 to 80 s after the start"
 requeued() { [[ $(job_field "$jid" Restarts) -ge 1 ]]; }
-wait_for 120 requeued || fail "job $jid was not requeued within 120 s (state $(job_state "$jid"))"
+wait_for 180 requeued || fail "job $jid was not requeued within 180 s (state $(job_state "$jid"))"
 grep -q 'warning signal: the ranks checkpoint' "$out" || fail "$out: the warning did not reach the job script"
 say "b) job $jid requeued ($(job_state "$jid"), $(job_field "$jid" Reason)); waiting for its second start"
 wait_for 300 job_ended "$jid" || fail "job $jid did not end within 300 s (state $(job_state "$jid"))"
