@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "dataset_test_util.hpp"
 #include "mpi_test_util.hpp"
 #include "io/dataset.hpp"
 #include "io/dataset_writer.hpp"
@@ -24,7 +25,7 @@ namespace io = tessera::io;
 using tessera::InputError;
 
 using tessera::test::expect_input_error;
-using tessera::test::SharedTempDirTest;
+using tessera::test::DatasetFileTest;
 using tessera::test::world_rank;
 
 namespace {
@@ -69,20 +70,7 @@ std::vector<std::int64_t> indices_for(int rank, int trial) {
 }
 
 // Every test writes into a directory of its own, removed after it on every rank.
-class DatasetIo : public SharedTempDirTest {
- protected:
-  // Rank 0 writes dir()/name with write(); every rank returns after it is complete. Collective.
-  std::string make_file(const std::string& name, const std::function<void(io::DatasetWriter&)>& write) {
-    const std::string path = dir() + "/" + name;
-    if (world_rank() == 0) {
-      io::DatasetWriter out(path);
-      write(out);
-      out.close();
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    return path;
-  }
-};
+class DatasetIo : public DatasetFileTest {};
 
 }  // namespace
 

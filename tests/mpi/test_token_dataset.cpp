@@ -20,12 +20,13 @@
 #include "io/dataset_writer.hpp"
 #include "io/prepare_text.hpp"
 #include "io/token_dataset.hpp"
+#include "dataset_test_util.hpp"
 #include "mpi_test_util.hpp"
 
 namespace io = tessera::io;
 
 using tessera::test::expect_input_error;
-using tessera::test::SharedTempDirTest;
+using tessera::test::DatasetFileTest;
 using tessera::test::world_rank;
 using tessera::test::world_size;
 
@@ -86,20 +87,8 @@ int wrong_values(io::Split& split, std::int64_t vocab, std::vector<Rows>* reads 
 }
 
 // Every test writes into a directory of its own, removed after it on every rank.
-class TokenDataset : public SharedTempDirTest {
+class TokenDataset : public DatasetFileTest {
  protected:
-  // Rank 0 writes dir()/name with write(); every rank returns after it is complete. Collective.
-  std::string make_file(const std::string& name, const std::function<void(io::DatasetWriter&)>& write) {
-    const std::string path = dir() + "/" + name;
-    if (world_rank() == 0) {
-      io::DatasetWriter out(path);
-      write(out);
-      out.close();
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    return path;
-  }
-
   // A split /train of n tokens token_of(k, vocab), with vocab_size and tokenizer. Collective.
   template <class T>
   std::string token_file(const std::string& name, std::int64_t vocab, std::int64_t n = kTokens) {
