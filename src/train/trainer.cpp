@@ -462,6 +462,10 @@ void Trainer::settle() {
   if (!std::isfinite(last_grad_norm_)) numerical_failure(state_.step, last_loss_, last_grad_norm_);
 }
 
+std::int64_t Trainer::tokens_per_sample() const {
+  return cfg_.model.kind == ModelKind::gpt ? cfg_.model.context : 0;
+}
+
 void Trainer::log_progress(double lr, double loss, double grad_norm) {
   const double now = StepTimer::now();
   const std::int64_t steps_in_interval = std::max<std::int64_t>(1, state_.step - (last_logged_step_));
@@ -474,8 +478,8 @@ void Trainer::log_progress(double lr, double loss, double grad_norm) {
   const double percent = 100.0 * static_cast<double>(state_.step) / static_cast<double>(total_steps());
   // Rates in the model's units, three significant digits: tokens/s beside samples/s for token
   // models (a sample is a context of tokens).
-  const std::string tokens = cfg_.model.kind == ModelKind::gpt
-                                 ? " tokens/s " + format_rate(rate * static_cast<double>(cfg_.model.context))
+  const std::string tokens = tokens_per_sample() > 0
+                                 ? " tokens/s " + format_rate(rate * static_cast<double>(tokens_per_sample()))
                                  : std::string();
   out_->log(fmt::format("step {:>{}}/{} ({:.1f}%) epoch {:.2f} loss {:.4f} lr {:.4g} grad_norm {:.4f} "
                         "samples/s {}{} eta {}",
@@ -683,8 +687,8 @@ nlohmann::json Trainer::summary(const std::string& status) const {
     j["loss_scale"] = scaler_->scale();
     j["skipped_steps"] = scaler_->state().skipped;
   }
-  if (cfg_.model.kind == ModelKind::gpt && j.contains("samples_per_s"))
-    j["tokens_per_s"] = j["samples_per_s"].get<double>() * cfg_.model.context;
+  if (tokens_per_sample() > 0 && j.contains("samples_per_s"))
+    j["tokens_per_s"] = j["samples_per_s"].get<double>() * static_cast<double>(tokens_per_sample());
   j["ranks"] = comm_.size();
   j["placement"] = placement_json(places_);
   j["parameters"] = model_->params().parameter_count();

@@ -87,6 +87,9 @@ class Trainer {
   /// non-finite loss or gradient. Returns the batch's mean loss.
   double reduce_and_decide(double loss_sum, double grad_norm, double batch_size);
   void log_progress(double lr, double loss, double grad_norm);
+  /// Tokens in one sample of a token model (its context), 0 for the others: the progress lines'
+  /// and summary.json's tokens/s.
+  std::int64_t tokens_per_sample() const;
   EvalResult run_eval();
   void checkpoint();
   /// Completes the asynchronous save in flight, if any (waits for the writers). Collective.
