@@ -23,9 +23,10 @@ def main():
         for p in t.get("properties", []):
             if p.get("name") == "LABELS":
                 labels[t["name"]] = p.get("value", [])
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
     passed, failed, skipped = [], [], []
-    seconds = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
+    seconds, total, times = {}, 0.0, []
+    for case in cases:
         test, status = case.get("name"), case.get("status", "run")
         time = float(case.get("time", "0") or 0)
         if case.find("failure") is not None or case.find("error") is not None or status == "fail":
@@ -34,16 +35,14 @@ def main():
             skipped.append(test)
         else:
             passed.append(test)
-        for label in labels.get(test, ["(none)"]) or ["(none)"]:
+        for label in labels.get(test) or ["(none)"]:
             seconds[label] = seconds.get(label, 0.0) + time
-        seconds.setdefault("", 0.0)
-        seconds[""] += time
-    total = seconds.pop("", 0.0)
+        total += time
+        times.append((time, test))
     by_label = ", ".join(f"{k} {v:.0f}" for k, v in sorted(seconds.items(), key=lambda kv: -kv[1]))
     print(f"{name}: test-seconds by label (a test counts under each of its labels): {by_label}; "
           f"all {total:.0f}")
-    times = sorted(((float(c.get("time", "0") or 0), c.get("name"))
-                    for c in ET.parse(junit).getroot().iter("testcase")), reverse=True)
+    times.sort(reverse=True)
     print(f"{name}: slowest: " + ", ".join(f"{n} {t:.0f}" for t, n in times[:10]))
     for test in skipped:
         print(f"{name}: SKIPPED {test}")
