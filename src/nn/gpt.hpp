@@ -22,7 +22,7 @@
 //
 // Pipeline parallelism cuts between blocks: stage 0 holds the embeddings, the last stage ln_f
 // and the head. With more than one stage the last holds its own copy of wte (Tie::copy), kept
-// equal to stage 0's by summing their gradients (DataParallel) and updating both alike.
+// equal to stage 0's by summing their gradients (OptimizerStep) and updating both alike.
 //
 // Units (what hooks and ZeRO see): wte (alone in its bucket), wpe, one per block, ln_f, and on
 // a last stage that is not the first, the copy of wte.

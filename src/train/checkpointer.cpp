@@ -189,11 +189,10 @@ LatestCheckpoint Checkpointer::find_latest() const {
   return found;
 }
 
-std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataParallel* dp,
-                                                const float* values,
-                                                const std::vector<const float*>& states) const {
+std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const Sharding* sh, const float* values,
+                                                const std::vector<const float*>& states,
+                                                const std::vector<std::string>& state_names) const {
   const auto& store = model.params();
-  const Sharding* sh = dp != nullptr ? &dp->sharding() : nullptr;
   const bool sharded_values = sh != nullptr && sh->values_sharded();
   const bool sharded_states = sh != nullptr && sh->state_sharded();
   const auto pieces = sharded_values || sharded_states ? sh->pieces() : std::vector<Sharding::Piece>{};
@@ -212,8 +211,6 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataPa
   // Every rank lists every tensor of the whole model in the same order (the datasets are
   // created collectively); a tensor of another pipeline stage gets an empty slab here.
   std::vector<io::TensorSlab> out;
-  const std::vector<std::string> state_names = dp != nullptr ? dp->optimizer().state_names()
-                                                             : std::vector<std::string>{};
   for (const auto& logical : logical_params(cfg_, model.shape())) {
     const std::size_t i = store.index_of(logical.name).value_or(store.infos().size());
     const auto none = [&](const std::string& path) {
@@ -237,10 +234,10 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const DataPa
   return out;
 }
 
-io::CheckpointContent Checkpointer::content(const Model& model, const DataParallel& dp, const TrainState& state,
-                                            const float* values, const std::vector<const float*>& states,
+io::CheckpointContent Checkpointer::content(const Model& model, const Sharding& sharding, const Optimizer& opt,
+                                            const TrainState& state, const float* values,
+                                            const std::vector<const float*>& states,
                                             const FieldNormValues& norm) const {
-  const Optimizer& opt = dp.optimizer();
   io::CheckpointContent c;
   c.root_attrs = {
       {"step", state.step},
@@ -260,7 +257,7 @@ io::CheckpointContent Checkpointer::content(const Model& model, const DataParall
                             {"loss_scale_good_steps", state.loss_scale_good_steps},
                             {"skipped_steps", state.skipped_steps},
                             {"samples_seen", state.samples_seen}};
-  c.tensors = slabs(model, &dp, values, states);
+  c.tensors = slabs(model, &sharding, values, states, opt.state_names());
   if (!model.shape().norm.empty()) {
     c.group_attrs[kFieldNormGroup] = field_norm_attrs();
     for (io::TensorSlab& slab : field_norm_slabs(norm, comm_.is_root())) c.tensors.push_back(std::move(slab));
@@ -268,11 +265,11 @@ io::CheckpointContent Checkpointer::content(const Model& model, const DataParall
   return c;
 }
 
-std::string Checkpointer::save(const Model& model, const DataParallel& dp, const TrainState& state) {
-  const Optimizer& opt = dp.optimizer();
+std::string Checkpointer::save(const Model& model, const Sharding& sharding, const Optimizer& opt,
+                               const TrainState& state) {
   // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
   // optimizer state (full, or this rank's shard: the sharding says).
-  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), dp.sharding().values());
+  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), sharding.values());
   std::vector<decltype(h_values)> h_states;
   std::vector<const float*> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
@@ -281,7 +278,7 @@ std::string Checkpointer::save(const Model& model, const DataParallel& dp, const
   }
   const fs::path path = fs::path(dir_) / fmt::format("step_{:08}.h5", state.step);
   const FieldNormValues norm = field_norm_values(model.shape().norm);
-  io::write_checkpoint(comm_.handle(), path.string(), content(model, dp, state, h_values.data(), states, norm));
+  io::write_checkpoint(comm_.handle(), path.string(), content(model, sharding, opt, state, h_values.data(), states, norm));
   written_.insert(state.step);
   record_latest(path.string());
   return path.string();
@@ -298,7 +295,8 @@ struct Checkpointer::PendingSave {
 
 Checkpointer::~Checkpointer() = default;
 
-void Checkpointer::begin_save(const Model& model, const DataParallel& dp, const TrainState& state) {
+void Checkpointer::begin_save(const Model& model, const Sharding& sharding, const Optimizer& opt,
+                              const TrainState& state) {
   if (pending_) throw std::logic_error("Checkpointer::begin_save with a save in flight");
   auto p = std::make_unique<PendingSave>();
   // Stage: this rank's values and optimizer state copied out of the live buffers (the only
@@ -307,8 +305,7 @@ void Checkpointer::begin_save(const Model& model, const DataParallel& dp, const 
     into.resize(view.size());
     Kokkos::deep_copy(Kokkos::View<float*, HostSpace, Kokkos::MemoryUnmanaged>(into.data(), into.size()), view);
   };
-  stage(dp.sharding().values(), p->values);
-  const Optimizer& opt = dp.optimizer();
+  stage(sharding.values(), p->values);
   std::vector<const float*> states;
   p->states.resize(opt.state_names().size());
   for (std::size_t i = 0; i < p->states.size(); ++i) {
@@ -318,7 +315,7 @@ void Checkpointer::begin_save(const Model& model, const DataParallel& dp, const 
   p->step = state.step;
   p->path = (fs::path(dir_) / fmt::format("step_{:08}.h5", state.step)).string();
   p->norm = field_norm_values(model.shape().norm);
-  io::CheckpointContent c = content(model, dp, state, p->values.data(), states, p->norm);
+  io::CheckpointContent c = content(model, sharding, opt, state, p->values.data(), states, p->norm);
   std::vector<std::uint64_t> offsets = io::create_checkpoint_layout(comm_.handle(), p->path, c);
   // Test hooks (core/test_hooks.hpp, as the synchronous ones of io/checkpoint_file.cpp, naming
   // steps): rank 1 (0 when alone) fails its background write, or is killed half-way through it.
@@ -451,7 +448,7 @@ TrainState read_train_state(const io::CheckpointFile& file) {
 
 }  // namespace
 
-void Checkpointer::load_model(const std::string& path, Model& model, DataParallel* dp) const {
+void Checkpointer::load_model(const std::string& path, Model& model, const Sharding* sharding) const {
   io::CheckpointFile file(comm_.handle(), path);
   auto& store = model.params();
   const auto all = logical_params(cfg_, model.shape());
@@ -461,20 +458,19 @@ void Checkpointer::load_model(const std::string& path, Model& model, DataParalle
 
   // Every rank goes through every tensor of the model, reading nothing of those another pipeline
   // stage holds; then the parts of each tensor add up to its checksum.
-  const bool sharded = dp != nullptr && dp->sharding().values_sharded();
-  const Vector<float> values = dp != nullptr ? dp->sharding().values() : store.values();
+  const bool sharded = sharding != nullptr && sharding->values_sharded();
+  const Vector<float> values = sharding != nullptr ? sharding->values() : store.values();
   auto h_values = Kokkos::create_mirror_view(values);
-  const auto pieces = sharded ? dp->sharding().pieces() : std::vector<Sharding::Piece>{};
+  const auto pieces = sharded ? sharding->pieces() : std::vector<Sharding::Piece>{};
   for (const auto& logical : all)
     read_tensor(file, "model/" + logical.name, store, logical, sharded ? &pieces : nullptr, h_values.data());
-  verify(file, slabs(model, sharded ? dp : nullptr, h_values.data(), {}));
+  verify(file, slabs(model, sharded ? sharding : nullptr, h_values.data(), {}, {}));
   Kokkos::deep_copy(values, h_values);
   store.values_changed();
 }
 
-TrainState Checkpointer::load(const std::string& path, Model& model, DataParallel& dp) {
-  load_model(path, model, &dp);
-  Optimizer& opt = dp.optimizer();
+TrainState Checkpointer::load(const std::string& path, Model& model, const Sharding& sharding, Optimizer& opt) {
+  load_model(path, model, &sharding);
   io::CheckpointFile file(comm_.handle(), path);
   TrainState s;
   std::int64_t opt_step = 0;
@@ -495,8 +491,8 @@ TrainState Checkpointer::load(const std::string& path, Model& model, DataParalle
   });
 
   const auto& store = model.params();
-  const bool sharded = dp.sharding().state_sharded();
-  const auto pieces = sharded ? dp.sharding().pieces() : std::vector<Sharding::Piece>{};
+  const bool sharded = sharding.state_sharded();
+  const auto pieces = sharded ? sharding.pieces() : std::vector<Sharding::Piece>{};
   std::vector<decltype(Kokkos::create_mirror_view(opt.state(0)))> h_states;
   std::vector<const float*> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
@@ -506,7 +502,7 @@ TrainState Checkpointer::load(const std::string& path, Model& model, DataParalle
       read_tensor(file, "optimizer/" + logical.name + "/" + opt.state_names()[i], store, logical,
                   sharded ? &pieces : nullptr, h_states.back().data());
   }
-  verify(file, slabs(model, &dp, nullptr, states));  // the model's were verified by load_model
+  verify(file, slabs(model, &sharding, nullptr, states, opt.state_names()));  // the model's were verified by load_model
   for (std::size_t i = 0; i < h_states.size(); ++i) Kokkos::deep_copy(opt.state(i), h_states[i]);
   opt.set_steps(opt_step);
   resumed_from_ = s.step;

@@ -12,7 +12,8 @@
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "io/checkpoint_file.hpp"
-#include "train/data_parallel.hpp"
+#include "optim/optimizer.hpp"
+#include "train/sharding.hpp"
 #include "train/field_norm.hpp"
 #include "train/model.hpp"
 
@@ -55,14 +56,14 @@ class Checkpointer {
   /// from; a checkpoint of anything else is never deleted. Collective over world; any failure
   /// (an InputError naming the file that could not be written) is thrown on every rank. Returns
   /// the path written.
-  std::string save(const Model& model, const DataParallel& dp, const TrainState& state);
+  std::string save(const Model& model, const Sharding& sharding, const Optimizer& opt, const TrainState& state);
 
   /// \brief The first half of an asynchronous save (checkpoint.async): copies what this rank
   /// owns into host staging buffers, computes the checksums, creates the file's layout (metadata
   /// and allocated datasets, io::create_checkpoint_layout) and starts a thread that writes the
   /// values; returns at once. Training may change the model as soon as it returns. One save may
   /// be in flight: finish_save() the last first. Collective over world.
-  void begin_save(const Model& model, const DataParallel& dp, const TrainState& state);
+  void begin_save(const Model& model, const Sharding& sharding, const Optimizer& opt, const TrainState& state);
   /// \brief True between begin_save() and finish_save().
   bool save_in_flight() const { return pending_ != nullptr; }
   /// \brief True once this rank's writer has finished (or no save is in flight). Local.
@@ -73,24 +74,27 @@ class Checkpointer {
   /// the previous checkpoint. Collective over world. Returns the path written.
   std::string finish_save();
 
-  /// \brief Loads parameters and optimizer state from `path` into model and opt; collective.
+  /// \brief Loads parameters and optimizer state from `path` into model and opt (where `sharding`
+  /// says they live); collective.
   /// Validates before anything is used: exactly the deck's tensors with its shapes (model and
   /// optimizer state), the optimizer kind, every /train and /optimizer value in its range, and
   /// every tensor's values against its checksum and for NaN or infinities. InputError on every
   /// rank naming the file and the first problem. Any ZeRO stage reads any checkpoint: a shard
   /// reads only its pieces.
-  TrainState load(const std::string& path, Model& model, DataParallel& dp);
+  TrainState load(const std::string& path, Model& model, const Sharding& sharding, Optimizer& opt);
 
-  /// \brief Loads only the parameters (evaluation; dp when they are sharded), validated as load()
+  /// \brief Loads only the parameters (evaluation; sharding where they are sharded), validated as load()
   /// does. Collective.
-  void load_model(const std::string& path, Model& model, DataParallel* dp = nullptr) const;
+  void load_model(const std::string& path, Model& model, const Sharding* sharding = nullptr) const;
 
  private:
   /// This rank's slab of every checkpoint tensor, in the file's order: the model's (if values is
-  /// given) and then, per parameter, its optimizer states (one pointer per state of dp's
-  /// optimizer); each pointing into the given host copies (full, or this rank's shard at ZeRO).
-  std::vector<io::TensorSlab> slabs(const Model& model, const DataParallel* dp, const float* values,
-                                    const std::vector<const float*>& states) const;
+  /// given) and then, per parameter, its optimizer states (one pointer per state, named by
+  /// state_names); each pointing into the given host copies (full, or this rank's shard where
+  /// `sharding` shards them; nullptr: full).
+  std::vector<io::TensorSlab> slabs(const Model& model, const Sharding* sharding, const float* values,
+                                    const std::vector<const float*>& states,
+                                    const std::vector<std::string>& state_names) const;
   /// Checks the slabs this rank read against the file's checksums (collective).
   void verify(const io::CheckpointFile& file, const std::vector<io::TensorSlab>& owned) const;
   /// Drops stale temporary files and the checkpoints of this run beyond `keep`. Rank 0.
@@ -98,9 +102,9 @@ class Checkpointer {
   /// The root and group attributes of a checkpoint of `state`, and this rank's slabs of values
   /// and states (host copies) in the file's order, then the model's normalisation statistics
   /// (`norm`: field_norm_values of the model's; none where it has none), written by rank 0.
-  io::CheckpointContent content(const Model& model, const DataParallel& dp, const TrainState& state,
-                                const float* values, const std::vector<const float*>& states,
-                                const FieldNormValues& norm) const;
+  io::CheckpointContent content(const Model& model, const Sharding& sharding, const Optimizer& opt,
+                                const TrainState& state, const float* values,
+                                const std::vector<const float*>& states, const FieldNormValues& norm) const;
   /// After the file is renamed into place: `latest` names it, old ones are pruned (rank 0, agreed).
   void record_latest(const std::string& path);
 

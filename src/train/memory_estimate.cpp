@@ -8,7 +8,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "nn/attention.hpp"
-#include "train/data_parallel.hpp"
+#include "train/sharding.hpp"
 #include "train/trainer.hpp"
 
 namespace tessera {

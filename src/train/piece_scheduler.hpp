@@ -1,5 +1,5 @@
 #pragma once
-// The order and pacing of comm.priority's gradient exchange (data_parallel.hpp): each bucket's
+// The order and pacing of comm.priority's gradient exchange (priority_exchange.hpp): each bucket's
 // exchange in pieces of at most piece_elements, queued by priority (the bucket holding the
 // earliest layers first: the next forward needs it first), started while the pieces in flight
 // hold at most inflight_elements (one piece always may be in flight).

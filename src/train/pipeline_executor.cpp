@@ -28,7 +28,7 @@ int PipelineExecutor::tag(const PipelineOp& op, bool into_chunk, bool gradient) 
   return 2 * (op.micro * model_.chunks() + c) + (gradient ? 1 : 0);
 }
 
-void PipelineExecutor::train(const ExecSpace& exec, DataParallel& dp, const MicroBatches& batches) {
+void PipelineExecutor::train(const ExecSpace& exec, GradientExchange& exchange, const MicroBatches& batches) {
   const int chunks = model_.chunks();
   const auto ops = pipeline_schedule(cfg_.parallel.schedule, stages_, stage_, batches.count, chunks);
   const int bound = slot_bound(ops, chunks);
@@ -38,9 +38,9 @@ void PipelineExecutor::train(const ExecSpace& exec, DataParallel& dp, const Micr
     InFlight& f = flight[static_cast<std::size_t>(op.micro * chunks + op.chunk)];
     if (op.kind == PipelineOp::Kind::forward) {
       forward(exec, batches, op, bound, f);
-      move_comm(Phase::forward, dp);
+      move_comm(Phase::forward, exchange);
     } else {
-      backward(exec, dp, op, backwards[static_cast<std::size_t>(op.chunk)]++, batches.count, f);
+      backward(exec, exchange, op, backwards[static_cast<std::size_t>(op.chunk)]++, batches.count, f);
     }
   }
   auto t = timer_.time(Phase::pipeline, exec);
@@ -96,7 +96,7 @@ void PipelineExecutor::forward(const ExecSpace& exec, const MicroBatches& batche
   }
 }
 
-void PipelineExecutor::backward(const ExecSpace& exec, DataParallel& dp, const PipelineOp& op, int k, int count,
+void PipelineExecutor::backward(const ExecSpace& exec, GradientExchange& exchange, const PipelineOp& op, int k, int count,
                                 InFlight& f) {
   const int c = op.chunk;
   // Receive the output's gradient from the next chunk (the model's last chunk: its loss wrote it).
@@ -106,16 +106,16 @@ void PipelineExecutor::backward(const ExecSpace& exec, DataParallel& dp, const P
     comm_.recv(g.data(), g.size(), next_stage(), tag(op, false, true), Group::pipeline);
   }
   // The chunk's k-th backward of count: its last completes the gradients of its own buckets.
-  dp.begin_backward(exec, k, count);
+  exchange.begin_backward(exec, k, count);
   {
     auto t = timer_.time(Phase::backward, exec);
     if (f.rows == 0) model_.idle_backward(c);
     else model_.backward(exec, c, f.slot);
   }
-  move_comm(Phase::backward, dp);
+  move_comm(Phase::backward, exchange);
   {
     auto t = timer_.time(Phase::allreduce, exec);
-    dp.end_backward(exec);
+    exchange.end_backward(exec);
   }
   // The slot is done once its sends are: it retires, and is released when they complete. Its
   // activation went to the next chunk before that chunk sent the gradient back: done.
@@ -153,8 +153,8 @@ void PipelineExecutor::retire_slots(bool wait) {
   });
 }
 
-void PipelineExecutor::move_comm(Phase from, DataParallel& dp) {
-  timer_.move(from, Phase::allreduce, dp.take_hook_comm_seconds());
+void PipelineExecutor::move_comm(Phase from, GradientExchange& exchange) {
+  timer_.move(from, Phase::allreduce, exchange.take_hook_comm_seconds());
   if (!tensor_seconds_) return;
   timer_.move(from, Phase::tensor, *tensor_seconds_);
   *tensor_seconds_ = 0.0;

@@ -17,7 +17,7 @@
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "kernels/views.hpp"
-#include "train/data_parallel.hpp"
+#include "train/gradient_exchange.hpp"
 #include "train/model.hpp"
 #include "train/pipeline.hpp"
 #include "train/step_timer.hpp"
@@ -56,11 +56,11 @@ class PipelineExecutor {
                    double* tensor_seconds = nullptr);
 
   /// \brief The micro-batches' forwards and backwards in the schedule's order. Each backward
-  /// runs between dp.begin_backward and dp.end_backward; the hooks start the gradient exchange.
+  /// runs between exchange.begin_backward and exchange.end_backward; the hooks start the gradient exchange.
   /// Returns with every slot released and every send complete. Collective over the pipeline
-  /// group (and what the hooks and reads involve); call between dp.begin_step and
-  /// dp.finish_step.
-  void train(const ExecSpace& exec, DataParallel& dp, const MicroBatches& batches);
+  /// group (and what the hooks and reads involve); call between exchange.begin_step and
+  /// exchange.finish_step.
+  void train(const ExecSpace& exec, GradientExchange& exchange, const MicroBatches& batches);
 
   /// \brief Forwards only, one micro-batch after another, each slot released after its forward
   /// (evaluation). Collective over the pipeline group.
@@ -86,7 +86,7 @@ class PipelineExecutor {
                bool eval = false);
   /// Receives the op's output gradient, runs the chunk's backward (its k-th of count this step),
   /// starts sending its input gradient and retires its slot.
-  void backward(const ExecSpace& exec, DataParallel& dp, const PipelineOp& op, int k, int count, InFlight& f);
+  void backward(const ExecSpace& exec, GradientExchange& exchange, const PipelineOp& op, int k, int count, InFlight& f);
   /// The message tag of the op's activation (or gradient): into_chunk, the one that enters the
   /// op's chunk from the stage before, else the one that leaves it for the stage after.
   int tag(const PipelineOp& op, bool into_chunk, bool gradient) const;
@@ -97,7 +97,7 @@ class PipelineExecutor {
   /// Releases the retiring slots whose sends are done (with wait: all of them, once done).
   void retire_slots(bool wait);
   /// Counts the hooks' and the tensor sums' seconds inside phase `from` as their own phases.
-  void move_comm(Phase from, DataParallel& dp);
+  void move_comm(Phase from, GradientExchange& exchange);
 
   const Config& cfg_;
   const Communicator& comm_;

@@ -42,15 +42,14 @@ const char* replicated_state(const Sharding& sharding, const Communicator& comm)
   return sharding.state_sharded() ? "parameters" : "parameters and optimizer state";
 }
 
-void check_replicas(const Config& cfg, const Communicator& comm, Model& model, const DataParallel& dp,
-                    std::int64_t step) {
-  if (*replicated_state(dp.sharding(), comm) == '\0') return;
+void check_replicas(const Config& cfg, const Communicator& comm, Model& model, const Sharding& sharding,
+                    const Optimizer& opt, std::int64_t step) {
+  if (*replicated_state(sharding, comm) == '\0') return;
   perturb_for_test(comm, model, step);
   const auto& store = model.params();
   std::vector<std::uint64_t> sums;
   block_sums(store, Kokkos::create_mirror_view_and_copy(HostSpace(), store.values()).data(), sums);
-  const Optimizer& opt = dp.optimizer();
-  if (!dp.sharding().state_sharded())
+  if (!sharding.state_sharded())
     for (std::size_t i = 0; i < opt.state_names().size(); ++i)
       block_sums(store, Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)).data(), sums);
 

@@ -6,7 +6,8 @@
 
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
-#include "train/data_parallel.hpp"
+#include "optim/optimizer.hpp"
+#include "train/sharding.hpp"
 #include "train/model.hpp"
 
 namespace tessera {
@@ -22,7 +23,7 @@ const char* replicated_state(const Sharding& sharding, const Communicator& comm)
 /// the first tensor that differs and the world ranks on either side. Collective over world.
 /// Test hook: TESSERA_TEST_PERTURB_REPLICA=STEP makes replica rank 1 of each group add 1e-3 to its
 /// first parameter value just before the check after that step.
-void check_replicas(const Config& cfg, const Communicator& comm, Model& model, const DataParallel& dp,
-                    std::int64_t step);
+void check_replicas(const Config& cfg, const Communicator& comm, Model& model, const Sharding& sharding,
+                    const Optimizer& opt, std::int64_t step);
 
 }  // namespace tessera

@@ -157,19 +157,15 @@ VectorU<float> Sharding::reduced(std::size_t b) const {
   return VectorU<float>(store_->grads().data() + bucket.offset, bucket.length);
 }
 
-double Sharding::grad_squares(const ExecSpace& exec, bool tensor_root) const {
-  const auto& infos = store_->infos();
-  const auto counted = [&](std::size_t i) {
-    return (tensor_root || infos[i].tensor_sharded) && infos[i].tie != nn::Tie::copy;
-  };
+double Sharding::grad_squares(const ExecSpace& exec, const std::vector<char>& counted) const {
   double squares = 0.0;
   if (!state_sharded_) {
-    for (std::size_t i = 0; i < infos.size(); ++i)
-      if (counted(i)) squares += kernels::sum_squares(exec, store_->grad(i));
+    for (std::size_t i = 0; i < counted.size(); ++i)
+      if (counted[i] != 0) squares += kernels::sum_squares(exec, store_->grad(i));
     return squares;
   }
   for (const auto& piece : pieces())
-    if (piece.end > piece.begin && counted(piece.param))
+    if (piece.end > piece.begin && counted[piece.param] != 0)
       squares += kernels::sum_squares(
           exec, VectorU<float>(grad_shard_.data() + piece.shard_offset, piece.end - piece.begin));
   comm_.allreduce_sum(&squares, 1, group());
@@ -183,29 +179,18 @@ std::vector<Sharding::UpdateSpan> Sharding::update_spans() const {
     return {{value_shard_.data(), grad_shard_.data(), value_shard_.size(), 0}};
   // Full values, sharded update: this rank's chunk of every bucket.
   std::vector<UpdateSpan> spans;
-  const auto r = static_cast<std::size_t>(rank_);
-  for (const auto& b : store_->buckets())
-    spans.push_back({store_->values().data() + b.offset + r * b.chunk, grad_shard_.data() + b.shard_offset,
-                     b.chunk, b.shard_offset});
+  for (std::size_t b = 0; b < store_->buckets().size(); ++b) spans.push_back(bucket_span(b));
   return spans;
 }
 
 Sharding::UpdateSpan Sharding::bucket_span(std::size_t b) const {
-  if (state_sharded_) throw std::logic_error("tessera::Sharding::bucket_span: the state is sharded");
   const nn::Bucket& bucket = store_->buckets()[b];
-  return {store_->values().data() + bucket.offset, store_->grads().data() + bucket.offset, bucket.length,
-          bucket.offset};
-}
-
-double Sharding::bucket_grad_squares(const ExecSpace& exec, std::size_t b, bool tensor_root) const {
-  if (state_sharded_) throw std::logic_error("tessera::Sharding::bucket_grad_squares: the state is sharded");
-  const auto& infos = store_->infos();
-  const nn::Bucket& bucket = store_->buckets()[b];
-  double squares = 0.0;
-  for (std::size_t i = bucket.first_param; i < bucket.end_param; ++i)
-    if ((tensor_root || infos[i].tensor_sharded) && infos[i].tie != nn::Tie::copy)
-      squares += kernels::sum_squares(exec, store_->grad(i));
-  return squares;
+  if (!state_sharded_)
+    return {store_->values().data() + bucket.offset, store_->grads().data() + bucket.offset, bucket.length,
+            bucket.offset};
+  float* values = values_sharded_ ? value_shard_.data() + bucket.shard_offset
+                                  : store_->values().data() + bucket.offset + static_cast<std::size_t>(rank_) * bucket.chunk;
+  return {values, grad_shard_.data() + bucket.shard_offset, bucket.chunk, bucket.shard_offset};
 }
 
 void Sharding::after_update(const ExecSpace& exec) {

@@ -20,7 +20,7 @@
 //
 // Built first, from the deck and the communicator, it says how the model's store is planned and
 // allocated (layout()); bound to that store it allocates the shard buffers and answers the
-// questions of the exchange (data_parallel.hpp), the optimizer step and the checkpointer: where a
+// questions of the exchange (gradient_exchange.hpp), the optimizer step (optimizer_step.hpp) and the checkpointer: where a
 // bucket's gradient accumulates and where its exchange delivers it, which spans the optimizer
 // updates and what is gathered after, and which element pieces this rank reads and writes. None
 // of them looks at the stage.
@@ -121,18 +121,16 @@ class Sharding {
   void exchanged(const ExecSpace& exec, std::size_t b);
   /// \brief Bucket b's reduced gradient as this rank holds it (the whole bucket or its chunk).
   VectorU<float> reduced(std::size_t b) const;
-  /// \brief The sum of squares of the logical gradients: every parameter's once. The part this
-  /// rank holds summed over the sharding group; a block every tensor rank holds counted on
-  /// tensor rank 0, a tied copy not at all. Collective over group() where the gradients are
+  /// \brief The sum of squares of the logical gradients of the parameters `counted` marks (one
+  /// flag per parameter; the optimizer step decides which count on this rank): the part this rank
+  /// holds, summed over the sharding group. Collective over group() where the gradients are
   /// sharded.
-  double grad_squares(const ExecSpace& exec, bool tensor_root) const;
+  double grad_squares(const ExecSpace& exec, const std::vector<char>& counted) const;
   /// \brief The spans the optimizer updates on this rank.
   std::vector<UpdateSpan> update_spans() const;
-  /// \brief comm.priority (zero 0 only): bucket b's span alone, to update it as its exchange ends.
-  /// Throws std::logic_error where the state is sharded.
+  /// \brief Bucket b's part of them: the whole bucket, or this rank's chunk where the state is
+  /// sharded.
   UpdateSpan bucket_span(std::size_t b) const;
-  /// \brief comm.priority (zero 0 only): grad_squares' part of bucket b's parameters, on this rank.
-  double bucket_grad_squares(const ExecSpace& exec, std::size_t b, bool tensor_root) const;
   /// \brief After the update: every rank gets what the others updated (allgather of the chunks
   /// where values are full but the update sharded). Collective over group().
   void after_update(const ExecSpace& exec);

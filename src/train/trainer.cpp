@@ -250,8 +250,9 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                                    sharding_->layout(), model_part(cfg_, comm_, shape, &tensor_seconds_));
   sharding_->bind(model_->params());
   if (sharding_->values_sharded()) sharding_->initialize(exec_, cfg_.run.seed);
-  dp_ = std::make_unique<DataParallel>(cfg_, comm_, model_->params(), *sharding_);
-  model_->set_hooks(dp_.get());
+  step_ = std::make_unique<OptimizerStep>(cfg_, comm_, model_->params(), *sharding_);
+  exchange_ = GradientExchange::make(cfg_, comm_, model_->params(), *sharding_, *step_);
+  model_->set_hooks(exchange_.get());
   pipeline_ = std::make_unique<PipelineExecutor>(cfg_, comm_, *model_, timer_, &tensor_seconds_);
   sampler_ = std::make_unique<Sampler>(train_->info().samples, cfg_.run.seed,
                                        cfg_.train.global_batch, cfg_.train.drop_last);
@@ -267,7 +268,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                                          cfg_.train.loss_scale_window);
   if (!resume_path.empty()) {
     const auto watch = comm_.watch("checkpoint read", Group::world);
-    state_ = ckpt_->load(resume_path, *model_, *dp_);
+    state_ = ckpt_->load(resume_path, *model_, *sharding_, step_->optimizer());
     if (state_.batch_in_epoch >= sampler_->batches_per_epoch())
       throw InputError(fmt::format("{}: checkpoint attribute /train/batch_in_epoch is {}, but an epoch "
                                    "of {} /{} at train.global_batch = {} has {} batches (0 to {})",
@@ -396,35 +397,38 @@ double Trainer::train_step(double lr) {
   };
 
   // Run the pipeline: the stage's forwards and backwards in the schedule's order; each full
-  // gradient bucket's exchange starts from the backward hooks (DataParallel).
-  dp_->begin_step(exec_);
+  // gradient bucket's exchange starts from the backward hooks (GradientExchange).
+  exchange_->begin_step(exec_);
   tensor_seconds_ = 0.0;
-  pipeline_->train(exec_, *dp_, micro);
+  pipeline_->train(exec_, *exchange_, micro);
 
   // Finish the exchange and update; reduce the loss and the flags, and decide.
-  const double grad_norm = update(lr, loss_scale);
-  return reduce_and_decide(loss_sum, grad_norm, static_cast<double>(batch.size()));
+  const StepReport report = update(lr, loss_scale);
+  return reduce_and_decide(loss_sum, report, static_cast<double>(batch.size()));
 }
 
-double Trainer::update(double lr, float loss_scale) {
+StepReport Trainer::update(double lr, float loss_scale) {
   // The rest of the exchange, norm, clipping, the update (and ZeRO's allgather).
-  const double grad_norm = dp_->finish_step(exec_, lr, loss_scale, scaler_->enabled());
+  const StepReport report = exchange_->finish_step(exec_, lr, loss_scale, scaler_->enabled());
   // The norm is reduced over every group, so every rank takes the same decision.
-  scaler_->update(!dp_->skipped());
+  scaler_->update(!report.skipped);
   const LossScaler::State ss = scaler_->state();
   state_.loss_scale = ss.scale;
   state_.loss_scale_good_steps = ss.good_steps;
   state_.skipped_steps = ss.skipped;
-  if (dp_->skipped())
+  if (report.skipped)
     out_->log(fmt::format("step {}: fp16 overflow in the gradients (scale {}): update skipped, loss scale now {}",
                           state_.step + 1, loss_scale, scaler_->scale()));
-  timer_.add(Phase::allreduce, dp_->last_comm_seconds());
-  timer_.add(Phase::optimizer, dp_->last_update_seconds());
-  if (cfg_.comm.priority && state_.step < 3) out_->log(fmt::format("step {}: {}", state_.step + 1, dp_->take_priority_report()));
-  return grad_norm;
+  timer_.add(Phase::allreduce, report.comm_s);
+  timer_.add(Phase::optimizer, report.update_s);
+  if (state_.step < 3)
+    if (const std::string line = exchange_->take_report(); !line.empty())
+      out_->log(fmt::format("step {}: {}", state_.step + 1, line));
+  return report;
 }
 
-double Trainer::reduce_and_decide(double loss_sum, double grad_norm, double batch_size) {
+double Trainer::reduce_and_decide(double loss_sum, const StepReport& report, double batch_size) {
+  const double grad_norm = report.grad_norm;
   // The loss lives on the last stage; its tensor ranks all hold it: count it once (a spatial
   // model counts it on spatial rank 0).
   if (!model_->last_stage() || comm_.rank(Group::tensor) != 0 || comm_.rank(Group::spatial) != 0) loss_sum = 0.0;
@@ -438,7 +442,7 @@ double Trainer::reduce_and_decide(double loss_sum, double grad_norm, double batc
   save_written_ = reduced[3] == static_cast<double>(comm_.size());
   const double loss = reduced[0] / batch_size;
   last_grad_norm_ = grad_norm;
-  if (!dp_->skipped() && (reduced[1] > 0.0 || !std::isfinite(loss))) numerical_failure(state_.step + 1, loss, grad_norm);
+  if (!report.skipped && (reduced[1] > 0.0 || !std::isfinite(loss))) numerical_failure(state_.step + 1, loss, grad_norm);
   return loss;
 }
 
@@ -453,12 +457,14 @@ void Trainer::numerical_failure(std::int64_t step, double loss, double grad_norm
       step, loss, grad_norm, latest));
 }
 
-// comm.priority: a step's buckets are applied as their pieces arrive, at the latest in the next
-// forward; whatever reads the parameters between steps first has them all in (and the run stops
-// as after a step where a bucket's gradient was non-finite: that bucket never reached them).
+// An exchange may leave updates in flight after a step (comm.priority applies each bucket as its
+// pieces arrive, at the latest in the next forward); whatever reads the parameters between steps
+// first has them all in, and the run stops as after a step where a bucket's gradient was
+// non-finite: that bucket never reached them.
 void Trainer::settle() {
-  if (!cfg_.comm.priority) return;
-  last_grad_norm_ = dp_->flush();
+  const std::optional<double> norm = exchange_->flush();
+  if (!norm) return;
+  last_grad_norm_ = *norm;
   if (!std::isfinite(last_grad_norm_)) numerical_failure(state_.step, last_loss_, last_grad_norm_);
 }
 
@@ -538,14 +544,14 @@ void Trainer::checkpoint() {
   const double t0 = StepTimer::now();
   const auto watch = comm_.watch("checkpoint write", Group::world);
   if (!cfg_.checkpoint.async) {
-    const std::string path = ckpt_->save(*model_, *dp_, state_);
+    const std::string path = ckpt_->save(*model_, *sharding_, step_->optimizer(), state_);
     last_checkpoint_step_ = state_.step;
     out_->log(fmt::format("checkpoint {} ({:.2f} s)", path, StepTimer::now() - t0));
     return;
   }
   // At most one save in flight: the next waits for the last.
   finish_checkpoint();
-  ckpt_->begin_save(*model_, *dp_, state_);
+  ckpt_->begin_save(*model_, *sharding_, step_->optimizer(), state_);
   last_checkpoint_step_ = state_.step;
   save_started_ = StepTimer::now();
   out_->log(fmt::format("checkpoint of step {}: staged in {:.3f} s, writing in the background",
@@ -609,7 +615,7 @@ ExitCode Trainer::run() {
       run_eval();
     if (cfg_.train.check_replicas_every > 0 && state_.step % cfg_.train.check_replicas_every == 0) {
       settle();
-      check_replicas(cfg_, comm_, *model_, *dp_, state_.step);
+      check_replicas(cfg_, comm_, *model_, *sharding_, step_->optimizer(), state_.step);
     }
     // An asynchronous save whose every part is written (the step's reduction said so) is
     // completed here, between steps.

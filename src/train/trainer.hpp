@@ -10,7 +10,8 @@
 #include "core/error.hpp"
 #include "core/config.hpp"
 #include "io/dataset.hpp"
-#include "train/data_parallel.hpp"
+#include "train/gradient_exchange.hpp"
+#include "train/optimizer_step.hpp"
 #include "train/checkpointer.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/model.hpp"
@@ -80,12 +81,12 @@ class Trainer {
   /// reduce the loss and the step's flags, decide. Returns the batch's mean loss.
   double train_step(double lr);
   /// The rest of the gradient exchange, the norm, clipping and the update (and ZeRO's
-  /// allgather); the loss scale's decision. Returns the gradient norm.
-  double update(double lr, float loss_scale);
+  /// allgather); the loss scale's decision.
+  StepReport update(double lr, float loss_scale);
   /// One small reduction of the loss and the flags every rank must agree on (non-finite
   /// gradients, stop requests, the asynchronous save's progress); throws NumericError on a
   /// non-finite loss or gradient. Returns the batch's mean loss.
-  double reduce_and_decide(double loss_sum, double grad_norm, double batch_size);
+  double reduce_and_decide(double loss_sum, const StepReport& report, double batch_size);
   void log_progress(double lr, double loss, double grad_norm);
   /// Tokens in one sample of a token model (its context), 0 for the others: the progress lines'
   /// and summary.json's tokens/s.
@@ -94,7 +95,8 @@ class Trainer {
   void checkpoint();
   /// Completes the asynchronous save in flight, if any (waits for the writers). Collective.
   void finish_checkpoint();
-  /// comm.priority: every pending update applied before the parameters are read between steps.
+  /// Every update still in flight (comm.priority's) applied before the parameters are read
+  /// between steps; a non-finite one stops the run.
   void settle();
   [[noreturn]] void numerical_failure(std::int64_t step, double loss, double grad_norm);
   std::int64_t total_steps() const;
@@ -114,7 +116,8 @@ class Trainer {
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Sharding> sharding_;  // before the model: it plans the model's store
-  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<OptimizerStep> step_;         // owns the optimizer and its state
+  std::unique_ptr<GradientExchange> exchange_;  // the model's layer hooks
   std::unique_ptr<PipelineExecutor> pipeline_;
   std::unique_ptr<Checkpointer> ckpt_;
   std::unique_ptr<RunOutput> out_;

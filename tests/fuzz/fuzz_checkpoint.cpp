@@ -21,9 +21,9 @@
 #include "fuzz_target.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/inspect.hpp"
+#include "optim/optimizer.hpp"
 #include "seed_data.hpp"
 #include "train/checkpointer.hpp"
-#include "train/data_parallel.hpp"
 #include "train/model.hpp"
 #include "train/sampler.hpp"
 #include "train/trainer.hpp"
@@ -43,7 +43,7 @@ struct Loader {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Sharding> sharding;
   std::unique_ptr<Model> model;
-  std::unique_ptr<DataParallel> dp;
+  std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Checkpointer> checkpointer;
 };
 std::unique_ptr<Loader> g_loader;
@@ -61,7 +61,7 @@ void build_loader() {
   l->model = std::make_unique<Model>(l->cfg, l->shape, l->cfg.train.global_batch, l->sharding->layout(),
                                      model_part(l->cfg, *l->comm, l->shape));
   l->sharding->bind(l->model->params());
-  l->dp = std::make_unique<DataParallel>(l->cfg, *l->comm, l->model->params(), *l->sharding);
+  l->optimizer = std::make_unique<Optimizer>(l->cfg.optimizer, l->sharding->state_size());
   l->checkpointer = std::make_unique<Checkpointer>(l->cfg, *l->comm);
   g_loader = std::move(l);
 }
@@ -128,7 +128,7 @@ void diff_with_itself(const std::string& path) {
 // As `train --resume PATH`: load, then take the next batch where the checkpoint says.
 void resume(const std::string& path) {
   Loader& l = *g_loader;
-  const TrainState s = l.checkpointer->load(path, *l.model, *l.dp);
+  const TrainState s = l.checkpointer->load(path, *l.model, *l.sharding, *l.optimizer);
   Sampler sampler(fuzz::kSeedTrainSamples, l.cfg.run.seed, l.cfg.train.global_batch, l.cfg.train.drop_last);
   if (s.step < l.cfg.train.steps) (void)sampler.global_batch(s.epoch, s.batch_in_epoch);
 }

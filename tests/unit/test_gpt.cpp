@@ -319,7 +319,7 @@ TEST(Gpt, TwoStagesEqualTheWhole) {
   Kokkos::deep_copy(first.grad_output(a), last.grad_input(b));
   first.backward(exec, a);
   EXPECT_NEAR(r.loss / 3, lw, 1e-6 * lw);
-  // Every parameter's gradient: the tied embedding's is the sum of both stages' (DataParallel sums
+  // Every parameter's gradient: the tied embedding's is the sum of both stages' (OptimizerStep sums
   // them in a run).
   for (const auto& info : whole_store.infos()) {
     SCOPED_TRACE(info.name);
