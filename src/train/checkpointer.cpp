@@ -3,7 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -142,6 +147,43 @@ std::string why_not_resumable(const std::string& file) {
 
 Checkpointer::Checkpointer(const Config& cfg, const Communicator& comm)
     : cfg_(cfg), comm_(comm), dir_((fs::path(cfg.run.output_dir) / "checkpoints").string()) {}
+
+void Checkpointer::check_writable(std::int64_t from_step) const {
+  agree(comm_.handle(), [&] {
+    if (!comm_.is_root()) return;
+    const fs::path dir(dir_);
+    // A path written as a file must be absent or a file (or a link to one).
+    const auto must_be_file = [](const fs::path& path) {
+      std::error_code ec;
+      const fs::file_status st = fs::status(path, ec);
+      if (!fs::exists(st) || fs::is_regular_file(st)) return;
+      throw InputError(fmt::format("{}: the run writes a file here at its checkpoints, but a {} stands in "
+                                   "its place; move it away (nothing was changed)",
+                                   path.string(), fs::is_directory(st) ? "directory" : "non-file"));
+    };
+    must_be_file(dir / "latest");
+    must_be_file(dir / "latest.tmp");
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      fs::path name = it->path().filename();
+      if (name.extension() == ".tmp") name.replace_extension();
+      if (step_of(name) > from_step) must_be_file(it->path());
+    }
+    // The directory takes a new file: create one and remove it.
+    const fs::file_status st = fs::status(dir, ec);
+    if (fs::exists(st) && !fs::is_directory(st))
+      throw InputError(fmt::format("{}: the run keeps its checkpoints in this directory, but a file stands in "
+                                   "its place; move it away (nothing was changed)", dir.string()));
+    const fs::path where = fs::exists(st) ? dir : dir.parent_path();
+    const fs::path probe = where / fmt::format(".tessera-write-check-{}", ::getpid());
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+      throw InputError(fmt::format("{}: cannot create a file there ({}), so no checkpoint could be written; "
+                                   "the run did not start", where.string(), std::strerror(errno)));
+    ::close(fd);
+    fs::remove(probe, ec);
+  });
+}
 
 LatestCheckpoint Checkpointer::find_latest() const {
   LatestCheckpoint found;

@@ -51,6 +51,14 @@ class Checkpointer {
   /// checkpoints it could not read. Collective over world (rank 0 looks, everyone learns).
   LatestCheckpoint find_latest() const;
 
+  /// \brief Before the first step of a run that continues from `from_step` (0: a fresh run): every
+  /// path a later save writes can be written. `latest`, `latest.tmp`, and step_<N>.h5 and
+  /// step_<N>.h5.tmp for every N > from_step (a stop signal may save any step) are absent or
+  /// files, and the directory (the run directory where checkpoints/ does not exist yet) takes a
+  /// new file (one is created and removed). Otherwise an InputError on every rank naming the path;
+  /// nothing of the run directory changes. Collective over world (rank 0 looks).
+  void check_writable(std::int64_t from_step) const;
+
   /// \brief Writes step_<step>.h5, points `latest` at it and keeps the newest `keep` of this
   /// run's checkpoints: those it wrote and those of the run it resumed, up to the step it resumed
   /// from; a checkpoint of anything else is never deleted. Collective over world; any failure

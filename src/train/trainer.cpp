@@ -279,7 +279,9 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
     if (scaler_->enabled())
       scaler_->set_state({state_.loss_scale, state_.loss_scale_good_steps, state_.skipped_steps});
   }
-  // Nothing of the run directory changes before here; rank 0's files, agreed.
+  // Every checkpoint path the run will write can be written: a run that could not save fails here,
+  // not at its first save. Nothing of the run directory changes before here; rank 0's files, agreed.
+  ckpt_->check_writable(resumed_from_ >= 0 ? state_.step : 0);
   agree(comm_.handle(), [&] {
     out_ = std::make_unique<RunOutput>(comm_.is_root(), cfg_.run.output_dir,
                                        resumed_from_ >= 0 ? std::optional(state_.step) : std::nullopt);

@@ -243,12 +243,35 @@ TEST(Robustness, OneRankFailingInTheSaveOrInAReadFailsEveryRank) {
   expect_input_error(shell("TESSERA_TEST_FAIL_IN_READ=3 " + tessera_command(2, args(read, "--resume auto"))),
                      "TESSERA_TEST_FAIL_IN_READ");
   EXPECT_EQ(snapshot(read), before);
-  // Rank 0's part of the save failing (`latest.tmp` a directory in a resumed run) no longer
-  // deadlocks: every rank stops with exit 2, `latest` untouched.
-  const std::string latest = copy_run(run20(), "robust_latest_tmp");
-  fs::create_directories(latest + "/checkpoints/latest.tmp");
-  expect_input_error(tessera(2, args(latest, "--resume auto")), "latest.tmp");
-  EXPECT_EQ(read_file(latest + "/checkpoints/latest"), "step_00000020.h5\n");
+}
+
+TEST(Robustness, PathsTheSavesWouldWriteAreCheckedBeforeTheFirstStep) {
+  // A directory where a later save writes a file (`latest`, `latest.tmp`, a checkpoint of a later
+  // step or its temporary): the resumed run stops before its first step, exit 2 on every rank with
+  // the path named, and the run directory (log, metrics, checkpoints) is byte for byte as it was.
+  // Before, it trained to its first save (step 30) and only then failed, having appended to
+  // log.txt and the metrics.
+  for (const std::string entry : {"latest.tmp", "step_00000030.h5", "step_00000030.h5.tmp", "step_00000021.h5.tmp"}) {
+    SCOPED_TRACE(entry);
+    const std::string run = copy_run(run20(), "robust_blocked_path");
+    fs::create_directories(run + "/checkpoints/" + entry);
+    const auto before = snapshot(run);
+    const RunResult r = tessera(2, args(run, "--resume " + ckpt(run, 20)));
+    expect_input_error(r, "checkpoints/" + entry + ": the run writes a file here");
+    EXPECT_EQ(r.output.find("step 21"), std::string::npos) << r.output;
+    EXPECT_EQ(snapshot(run), before);
+  }
+  // `latest` a directory under --resume PATH (--resume auto refuses it when it looks for it).
+  const std::string run = copy_run(run20(), "robust_blocked_latest");
+  fs::remove(run + "/checkpoints/latest");
+  fs::create_directories(run + "/checkpoints/latest");
+  const auto before = snapshot(run);
+  expect_input_error(tessera(2, args(run, "--resume " + ckpt(run, 20))), "checkpoints/latest: the run writes");
+  EXPECT_EQ(snapshot(run), before);
+  // An older step's name is no obstacle: the run never writes it again.
+  const std::string older = copy_run(run20(), "robust_older_dir");
+  fs::create_directories(older + "/checkpoints/step_00000005.h5.tmp");
+  EXPECT_EQ(tessera(2, args(older, "--resume " + ckpt(older, 20) + " --set train.steps=21")).exit_code, 0);
 }
 
 // --- Datasets -------------------------------------------------------------------------------------
