@@ -24,6 +24,7 @@ struct MetricsRow {
   std::int64_t epoch = 0;
   double loss = 0.0;
   std::optional<double> lr, grad_norm, samples_per_s, accuracy;
+  std::optional<double> tokens_per_s;  ///< train rows of a token model (GPT): samples/s x context
   std::optional<double> rel_l2;  ///< eval rows of a field model: the mean relative L2 error
   double wall_s = 0.0;
   // Step-time split (train rows): seconds per step over the logging interval.
@@ -35,7 +36,9 @@ class RunOutput {
   /// \param writer true on the one rank that writes (world rank 0).
   /// \param resume_step when continuing a run: metrics.csv keeps its rows up to this step,
   ///        metrics.h5 is rebuilt from them, and log.txt is appended to; otherwise all three
-  ///        start empty.
+  ///        start empty. A metrics.csv written before a column was added keeps its rows under
+  ///        today's header, their cells moved by column name and the new columns empty;
+  ///        InputError for a column this version does not know or a line that is not a row.
   RunOutput(bool writer, const std::string& dir, std::optional<std::int64_t> resume_step);
   ~RunOutput();
 

@@ -493,6 +493,7 @@ void Trainer::log_progress(double lr, double loss, double grad_norm) {
   row.lr = lr;
   row.grad_norm = grad_norm;
   row.samples_per_s = rate;
+  if (tokens_per_sample() > 0) row.tokens_per_s = rate * static_cast<double>(tokens_per_sample());
   row.wall_s = now - run_start_wall_;
   const double n = static_cast<double>(steps_in_interval);
   row.t_data = timer_.seconds(Phase::data) / n;
