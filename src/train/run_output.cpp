@@ -210,6 +210,13 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
+double eta_seconds(const Progress& p) {
+  const auto at_least_one = [](std::int64_t n) { return static_cast<double>(std::max<std::int64_t>(1, n)); };
+  const double step = p.interval_step_s / at_least_one(p.step - p.last_logged_step);
+  const double between = std::max(0.0, p.loop_s - p.loop_step_s) / at_least_one(p.step - p.loop_start_step);
+  return (step + between) * static_cast<double>(std::max<std::int64_t>(0, p.total_steps - p.step));
+}
+
 std::string format_rate(double per_second) {
   if (!std::isfinite(per_second) || per_second <= 0.0) return per_second == 0.0 ? "0" : "?";
   const int exponent = static_cast<int>(std::floor(std::log10(per_second)));
