@@ -8,12 +8,17 @@ One autocast context spans the whole run, so its cache of bf16 weight copies is 
 only cleared when the outermost context exits) and the model would train on stale weights.
 usage: peer_amp.py PEER_SCRIPT [its arguments...]"""
 import runpy, sys
+from pathlib import Path
 
 if len(sys.argv) < 2:
     sys.exit(__doc__)
 if '--ddp' in sys.argv:
     sys.exit('peer_amp.py: --ddp is not supported (autocast does not reach the spawned processes)')
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'tools'))
+from require import require  # noqa: E402  (tools/require.py: one line naming what to install)
+
+torch = require('peer_amp', 'torch')
+sys.path.pop(0)  # the peer script's imports see the path they would without peer_amp
 
 script, sys.argv = sys.argv[1], sys.argv[1:]
 print(f"peer_amp: {script} under torch.autocast('cpu', dtype=torch.bfloat16, cache_enabled=False)", flush=True)

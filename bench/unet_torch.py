@@ -14,13 +14,15 @@ rounding (docs/performance.md, "U-Net"). Prints one line per epoch and a final `
 
   OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/unet_torch.py --data data/darcy64.h5 --threads 1
 """
-import argparse, json, math, time
+import argparse, json, math, sys, time
+from pathlib import Path
 
-import h5py
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from require import require  # noqa: E402  (tools/require.py: one line naming what to install)
+
+h5py, np, torch = require("unet_torch", "h5py", "numpy", "torch")
+import torch.nn as nn  # noqa: E402  (torch imports)
+import torch.nn.functional as F  # noqa: E402
 
 
 class UNet(nn.Module):

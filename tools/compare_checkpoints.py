@@ -18,10 +18,10 @@ import argparse
 import math
 import sys
 
-import h5py
-import numpy as np
+from require import require
 
 PROG = "compare_checkpoints"
+h5py, np = require(PROG, "h5py", "numpy")
 GROUPS = ("model", "optimizer")
 BLOCK_ELEMENTS = 1 << 22  # compare big tensors in slabs of about this many elements
 

@@ -29,11 +29,11 @@ import tomllib
 from collections import OrderedDict
 from pathlib import Path
 
-import h5py
-import numpy as np
-import torch
-from torch import nn
-import torch.nn.functional as F
+from require import require
+
+h5py, np, torch = require("load_export", "h5py", "numpy", "torch")
+from torch import nn  # noqa: E402  (torch imports)
+import torch.nn.functional as F  # noqa: E402
 
 # --- Reading an export -------------------------------------------------------------------------
 
@@ -331,7 +331,8 @@ def evaluate(args):
 
 
 def hf_generate(args):
-    from transformers import GPT2LMHeadModel  # only here: nothing else needs transformers
+    # Only here: nothing else needs transformers.
+    GPT2LMHeadModel = require("load_export", "transformers").GPT2LMHeadModel
 
     model = GPT2LMHeadModel.from_pretrained(args.dir).eval()
     context = model.config.n_positions

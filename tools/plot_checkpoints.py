@@ -27,10 +27,13 @@ import glob
 import os
 import sys
 
-import h5py
-import numpy as np
+from require import require
 
 PROG = "plot_checkpoints"
+h5py, np, matplotlib = require(PROG, "h5py", "numpy", "matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+
 LAUNCHER_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
 LAUNCHER_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 
@@ -169,11 +172,6 @@ def print_table(steps, names, history):
 
 
 def draw(steps, names, history, out, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, (ax_norm, ax_upd) = plt.subplots(1, 2, figsize=(12, 4.5))
     for n in names:
         norms, updates = history[n]

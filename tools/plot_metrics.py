@@ -25,12 +25,13 @@ import math
 import os
 import sys
 
-import matplotlib
+from require import require
 
+PROG = "plot_metrics"
+matplotlib = require(PROG, "matplotlib")
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-PROG = "plot_metrics"
 # The columns DESIGN.md promises in every metrics.csv; the rest are optional.
 REQUIRED_COLUMNS = ["kind", "step", "epoch", "loss", "lr", "grad_norm", "samples_per_s"]
 TIME_COLUMNS = ["t_data", "t_forward", "t_backward", "t_allreduce", "t_optimizer"]
@@ -63,8 +64,7 @@ def metrics_source(path):
 
 def read_h5(h5_path):
     """The rows of a metrics.h5 as {"train": {column: [floats]}, "eval": {...}}."""
-    import h5py  # only needed for metrics.h5
-    import numpy as np
+    h5py, np = require(PROG, "h5py", "numpy")  # only needed for metrics.h5
 
     try:
         try:

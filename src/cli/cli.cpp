@@ -232,6 +232,7 @@ int run(int argc, char** argv) {
   bench_comm_cmd->add_option("--segment-kb", bench_comm_args.segment_kb, "ring and parameter-server message size, as comm.ring_segment_kb")->capture_default_str();
   bench_comm_cmd->add_option("--csv", bench_comm_args.csv, "write the results to this CSV file");
 
+  app.footer("Kokkos's own arguments (--kokkos-*) go to Kokkos alone: tessera --kokkos-help lists them.");
   // One example command line at the end of every command's help.
   example(&app, "tools/mpirun.sh -n 2 tessera train inputs/fashion_mnist_mlp.toml --resume auto");
   example(train_cmd, "tools/mpirun.sh -n 4 tessera train inputs/fashion_mnist_mlp.toml --set train.epochs=3 --resume auto");

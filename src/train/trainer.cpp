@@ -477,9 +477,15 @@ std::int64_t Trainer::tokens_per_sample() const {
 void Trainer::log_progress(double lr, double loss, double grad_norm) {
   const double now = StepTimer::now();
   const std::int64_t steps_in_interval = std::max<std::int64_t>(1, state_.step - (last_logged_step_));
-  const double step_time = total_step_seconds_interval_ / static_cast<double>(steps_in_interval);
   const double rate = static_cast<double>(interval_samples_) / std::max(1e-12, total_step_seconds_interval_);
-  const double eta = step_time * static_cast<double>(total_steps() - state_.step);
+  // The ETA counts the time between steps too (evaluations, checkpoints), spread over the steps.
+  const double eta = eta_seconds({.step = state_.step,
+                                  .total_steps = total_steps(),
+                                  .last_logged_step = last_logged_step_,
+                                  .loop_start_step = loop_start_step_,
+                                  .interval_step_s = total_step_seconds_interval_,
+                                  .loop_s = now - loop_start_wall_,
+                                  .loop_step_s = total_step_seconds_});
   const double epoch = static_cast<double>(state_.epoch) +
                        static_cast<double>(state_.batch_in_epoch) / static_cast<double>(sampler_->batches_per_epoch());
   // One plain line per log, never a carriage return: log.txt and batch job output stay readable.
@@ -501,6 +507,7 @@ void Trainer::log_progress(double lr, double loss, double grad_norm) {
   row.lr = lr;
   row.grad_norm = grad_norm;
   row.samples_per_s = rate;
+  if (tokens_per_sample() > 0) row.tokens_per_s = rate * static_cast<double>(tokens_per_sample());
   row.wall_s = now - run_start_wall_;
   const double n = static_cast<double>(steps_in_interval);
   row.t_data = timer_.seconds(Phase::data) / n;
@@ -573,7 +580,8 @@ void Trainer::finish_checkpoint() {
 ExitCode Trainer::run() {
   const std::int64_t total = total_steps();
   const std::int64_t bpe = sampler_->batches_per_epoch();
-  last_logged_step_ = state_.step;
+  last_logged_step_ = loop_start_step_ = state_.step;
+  loop_start_wall_ = StepTimer::now();
   while (state_.step < total) {
     const double lr = learning_rate(cfg_.schedule, cfg_.optimizer.lr, state_.step, total);
     const auto batch_size = static_cast<std::int64_t>(

@@ -145,6 +145,8 @@ class Trainer {
   double tensor_seconds_ = 0.0;  // time in tensor-group sums, since the last take
   double run_start_wall_ = 0.0;
   std::int64_t interval_samples_ = 0, total_samples_timed_ = 0, last_logged_step_ = 0;
+  double loop_start_wall_ = 0.0;     // when run()'s loop began (the ETA's clock)
+  std::int64_t loop_start_step_ = 0;  // the step it began at (0, or the resumed one)
   double total_step_seconds_ = 0.0, total_step_seconds_interval_ = 0.0;
   double total_pipeline_seconds_ = 0.0;  // Phase::pipeline of the steps logged so far
 };

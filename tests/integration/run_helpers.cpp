@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -64,19 +64,33 @@ std::vector<MetricsRow> read_metrics(const std::string& run_dir) {
   std::vector<MetricsRow> rows;
   std::ifstream in(fs::path(run_dir) / "metrics.csv");
   std::string line;
-  std::getline(in, line);  // header: kind,step,epoch,loss,lr,grad_norm,samples_per_s,accuracy,...
+  const auto split = [](const std::string& text) {
+    std::vector<std::string> cells;
+    std::stringstream ss(text);
+    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+    return cells;
+  };
+  std::getline(in, line);
+  const std::vector<std::string> header = split(line);
   while (std::getline(in, line)) {
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) f.push_back(cell);
-    if (f.size() < 8) continue;
+    std::vector<std::string> f = split(line);
+    f.resize(header.size());  // a trailing empty cell is not read
+    const auto cell = [&](const char* name) {
+      const auto it = std::find(header.begin(), header.end(), name);
+      return it == header.end() ? std::string() : f[static_cast<std::size_t>(it - header.begin())];
+    };
+    const auto number = [&](const char* name) {
+      const std::string c = cell(name);
+      return c.empty() ? std::nullopt : std::optional<double>(std::stod(c));
+    };
     MetricsRow r;
-    r.kind = f[0];
-    r.step = std::stoll(f[1]);
-    r.loss = std::stod(f[3]);
-    if (!f[7].empty()) r.accuracy = std::stod(f[7]);
-    if (f.size() > 16 && !f[16].empty()) r.rel_l2 = std::stod(f[16]);
+    r.kind = cell("kind");
+    r.step = std::stoll(cell("step"));
+    r.loss = std::stod(cell("loss"));
+    r.accuracy = number("accuracy").value_or(-1.0);
+    r.rel_l2 = number("rel_l2").value_or(-1.0);
+    r.samples_per_s = number("samples_per_s");
+    r.tokens_per_s = number("tokens_per_s");
     rows.push_back(r);
   }
   return rows;

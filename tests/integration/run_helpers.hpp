@@ -2,6 +2,7 @@
 // Running the tessera binary from tests and reading what it wrote.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,9 @@ struct MetricsRow {
   std::int64_t step = 0;
   double loss = 0.0, accuracy = -1.0;
   double rel_l2 = -1.0;  ///< eval rows of a field model: the relative L2 error; -1: empty
+  std::optional<double> samples_per_s, tokens_per_s;  ///< empty cells are nullopt
 };
+/// The rows of run_dir/metrics.csv, its cells found by the header's column names.
 std::vector<MetricsRow> read_metrics(const std::string& run_dir);
 /// Train-row losses by step.
 std::map<std::int64_t, double> train_losses(const std::string& run_dir);

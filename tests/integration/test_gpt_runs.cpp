@@ -10,7 +10,9 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <vector>
 
+#include "io/metrics_file.hpp"
 #include "run_helpers.hpp"
 
 namespace tessera::test {
@@ -125,6 +127,27 @@ TEST(Gpt, ProgressLinesGiveTokensPerSecondBesideSamples) {
     EXPECT_NEAR(tokens / (32.0 * samples), 1.0, 0.01) << (*m)[0].str();
   }
   EXPECT_GE(lines, 3) << log;
+}
+
+TEST(Gpt, MetricsRowsGiveTokensPerSecondBesideSamples) {
+  // metrics.csv: every train row's tokens_per_s is samples_per_s x context (32), both printed to
+  // 9 digits; eval rows leave it empty. metrics.h5 holds the same.
+  std::vector<double> csv_tokens;
+  for (const MetricsRow& r : read_metrics(reference())) {
+    if (r.kind == "eval") {
+      EXPECT_FALSE(r.tokens_per_s) << "eval row of step " << r.step;
+      continue;
+    }
+    ASSERT_TRUE(r.samples_per_s && r.tokens_per_s) << "train row of step " << r.step;
+    EXPECT_GT(*r.samples_per_s, 0.0);
+    EXPECT_NEAR(*r.tokens_per_s / (32.0 * *r.samples_per_s), 1.0, 1e-8) << "step " << r.step;
+    csv_tokens.push_back(*r.tokens_per_s);
+  }
+  EXPECT_EQ(csv_tokens.size(), 30u);
+  const auto h5_tokens = io::read_metrics_column(reference() + "/metrics.h5", "train", "tokens_per_s");
+  ASSERT_EQ(h5_tokens.size(), csv_tokens.size());
+  for (std::size_t i = 0; i < h5_tokens.size(); ++i)
+    EXPECT_NEAR(h5_tokens[i] / csv_tokens[i], 1.0, 1e-8) << "row " << i;
 }
 
 TEST(Gpt, RecomputationLowersActivationMemoryAndKeepsTheLosses) {

@@ -84,6 +84,11 @@ TEST(RunOutput, MetricsH5HoldsTheRowsOfMetricsCsv) {
   for (double a : accuracy) EXPECT_TRUE(a > 0.0 && a <= 1.0) << a;
   const auto lr = io::read_metrics_column(h5, "train", "lr");
   for (double v : lr) EXPECT_FALSE(std::isnan(v));
+  // An MLP counts no tokens: tokens_per_s is empty in metrics.csv and NaN in metrics.h5.
+  for (const auto& r : read_metrics(run_dir())) EXPECT_FALSE(r.tokens_per_s) << r.kind << " " << r.step;
+  const auto tokens = io::read_metrics_column(h5, "train", "tokens_per_s");
+  ASSERT_EQ(tokens.size(), 10u);
+  for (double v : tokens) EXPECT_TRUE(std::isnan(v));
   EXPECT_THROW(io::read_metrics_column(h5, "eval", "lr"), std::exception);
 }
 

@@ -18,12 +18,16 @@ import argparse
 import math
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from require import require  # noqa: E402  (tools/require.py: one line naming what to install)
+
+np, torch = require('gpt_torch', 'numpy', 'torch')
+import torch.nn as nn  # noqa: E402  (torch imports)
+import torch.nn.functional as F  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument('--data', required=True, help='a text file; its bytes are the tokens')
