@@ -200,7 +200,6 @@ EvalResult evaluate(const Config& cfg, const Communicator& comm, Model& model,
 
 Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeRequest& resume)
     : cfg_(cfg), comm_(comm) {
-  run_start_wall_ = StepTimer::now();
   // Where every rank runs, before anything is allocated: a tensor group across nodes may be an error.
   const ThreadSetup threads = current_thread_setup();
   places_ = gather_placement(comm_, comm_.dp(), comm_.tp(), threads.blas.threads, threads.host_threads, comm_.sp());
@@ -247,13 +246,13 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   // The sharding first: it says how the model's parameter store is planned and allocated.
   sharding_ = std::make_unique<Sharding>(cfg_, comm_);
   model_ = std::make_unique<Model>(cfg_, shape, static_cast<int>(std::max(rows.micro, rows.eval)),
-                                   sharding_->layout(), model_part(cfg_, comm_, shape, &tensor_seconds_));
+                                   sharding_->layout(), model_part(cfg_, comm_, shape, report_.tensor_seconds()));
   sharding_->bind(model_->params());
   if (sharding_->values_sharded()) sharding_->initialize(exec_, cfg_.run.seed);
   step_ = std::make_unique<OptimizerStep>(cfg_, comm_, model_->params(), *sharding_);
   exchange_ = GradientExchange::make(cfg_, comm_, model_->params(), *sharding_, *step_);
   model_->set_hooks(exchange_.get());
-  pipeline_ = std::make_unique<PipelineExecutor>(cfg_, comm_, *model_, timer_, &tensor_seconds_);
+  pipeline_ = std::make_unique<PipelineExecutor>(cfg_, comm_, *model_, report_.timer(), report_.tensor_seconds());
   sampler_ = std::make_unique<Sampler>(train_->info().samples, cfg_.run.seed,
                                        cfg_.train.global_batch, cfg_.train.drop_last);
   if (sampler_->batches_per_epoch() == 0)
@@ -401,7 +400,7 @@ double Trainer::train_step(double lr) {
   // Run the pipeline: the stage's forwards and backwards in the schedule's order; each full
   // gradient bucket's exchange starts from the backward hooks (GradientExchange).
   exchange_->begin_step(exec_);
-  tensor_seconds_ = 0.0;
+  *report_.tensor_seconds() = 0.0;
   pipeline_->train(exec_, *exchange_, micro);
 
   // Finish the exchange and update; reduce the loss and the flags, and decide.
@@ -421,8 +420,8 @@ StepReport Trainer::update(double lr, float loss_scale) {
   if (report.skipped)
     out_->log(fmt::format("step {}: fp16 overflow in the gradients (scale {}): update skipped, loss scale now {}",
                           state_.step + 1, loss_scale, scaler_->scale()));
-  timer_.add(Phase::allreduce, report.comm_s);
-  timer_.add(Phase::optimizer, report.update_s);
+  report_.timer().add(Phase::allreduce, report.comm_s);
+  report_.timer().add(Phase::optimizer, report.update_s);
   if (state_.step < 3)
     if (const std::string line = exchange_->take_report(); !line.empty())
       out_->log(fmt::format("step {}: {}", state_.step + 1, line));
@@ -475,17 +474,8 @@ std::int64_t Trainer::tokens_per_sample() const {
 }
 
 void Trainer::log_progress(double lr, double loss, double grad_norm) {
-  const double now = StepTimer::now();
-  const std::int64_t steps_in_interval = std::max<std::int64_t>(1, state_.step - (last_logged_step_));
-  const double rate = static_cast<double>(interval_samples_) / std::max(1e-12, total_step_seconds_interval_);
-  // The ETA counts the time between steps too (evaluations, checkpoints), spread over the steps.
-  const double eta = eta_seconds({.step = state_.step,
-                                  .total_steps = total_steps(),
-                                  .last_logged_step = last_logged_step_,
-                                  .loop_start_step = loop_start_step_,
-                                  .interval_step_s = total_step_seconds_interval_,
-                                  .loop_s = now - loop_start_wall_,
-                                  .loop_step_s = total_step_seconds_});
+  RunReport::Interval interval = report_.take_interval(state_.step, total_steps());
+  const double rate = interval.samples_per_s;
   const double epoch = static_cast<double>(state_.epoch) +
                        static_cast<double>(state_.batch_in_epoch) / static_cast<double>(sampler_->batches_per_epoch());
   // One plain line per log, never a carriage return: log.txt and batch job output stay readable.
@@ -498,31 +488,16 @@ void Trainer::log_progress(double lr, double loss, double grad_norm) {
   out_->log(fmt::format("step {:>{}}/{} ({:.1f}%) epoch {:.2f} loss {:.4f} lr {:.4g} grad_norm {:.4f} "
                         "samples/s {}{} eta {}",
                         state_.step, fmt::formatted_size("{}", total_steps()), total_steps(), percent,
-                        epoch, loss, lr, grad_norm, format_rate(rate), tokens, format_duration(eta)));
-  MetricsRow row;
+                        epoch, loss, lr, grad_norm, format_rate(rate), tokens, format_duration(interval.eta_s)));
+  MetricsRow& row = interval.row;
   row.kind = "train";
   row.step = state_.step;
   row.epoch = state_.epoch;
   row.loss = loss;
   row.lr = lr;
   row.grad_norm = grad_norm;
-  row.samples_per_s = rate;
   if (tokens_per_sample() > 0) row.tokens_per_s = rate * static_cast<double>(tokens_per_sample());
-  row.wall_s = now - run_start_wall_;
-  const double n = static_cast<double>(steps_in_interval);
-  row.t_data = timer_.seconds(Phase::data) / n;
-  row.t_forward = timer_.seconds(Phase::forward) / n;
-  row.t_backward = timer_.seconds(Phase::backward) / n;
-  row.t_allreduce = timer_.seconds(Phase::allreduce) / n;
-  row.t_optimizer = timer_.seconds(Phase::optimizer) / n;
-  row.t_tensor = timer_.seconds(Phase::tensor) / n;
-  row.t_pipeline = timer_.seconds(Phase::pipeline) / n;
   out_->metrics(row);
-  total_pipeline_seconds_ += timer_.seconds(Phase::pipeline);
-  timer_.reset();
-  interval_samples_ = 0;
-  total_step_seconds_interval_ = 0.0;
-  last_logged_step_ = state_.step;
 }
 
 EvalResult Trainer::run_eval() {
@@ -543,7 +518,7 @@ EvalResult Trainer::run_eval() {
   row.loss = last_eval_.loss;
   if (!std::isnan(last_eval_.accuracy)) row.accuracy = last_eval_.accuracy;
   if (!std::isnan(last_eval_.rel_l2)) row.rel_l2 = last_eval_.rel_l2;
-  row.wall_s = StepTimer::now() - run_start_wall_;
+  row.wall_s = report_.wall_seconds();
   out_->metrics(row);
   return last_eval_;
 }
@@ -580,31 +555,14 @@ void Trainer::finish_checkpoint() {
 ExitCode Trainer::run() {
   const std::int64_t total = total_steps();
   const std::int64_t bpe = sampler_->batches_per_epoch();
-  last_logged_step_ = loop_start_step_ = state_.step;
-  loop_start_wall_ = StepTimer::now();
+  report_.begin_loop(state_.step);
   while (state_.step < total) {
     const double lr = learning_rate(cfg_.schedule, cfg_.optimizer.lr, state_.step, total);
     const auto batch_size = static_cast<std::int64_t>(
         sampler_->global_batch(state_.epoch, state_.batch_in_epoch).size());
-    const double t0 = StepTimer::now();
-    const nn::HaloStats halo_before = model_->halo() ? model_->halo()->stats() : nn::HaloStats{};
-    const CommCounters comm_before = comm_.counters();
+    const RunReport::StepMark mark = report_.begin_step(comm_, model_->halo());
     last_loss_ = train_step(lr);
-    const CommCounters comm_after = comm_.counters();
-    for (std::size_t g = 0; g < comm_after.groups.size(); ++g) {
-      comm_train_[g][0] += static_cast<double>(comm_after.groups[g].total() - comm_before.groups[g].total());
-      comm_train_[g][1] += static_cast<double>(comm_after.groups[g].to_other_nodes - comm_before.groups[g].to_other_nodes);
-    }
-    ++comm_steps_;
-    const double dt = StepTimer::now() - t0;
-    if (model_->halo()) {
-      halo_train_ += model_->halo()->stats() - halo_before;
-      ++halo_steps_;
-    }
-    total_step_seconds_ += dt;
-    total_step_seconds_interval_ += dt;
-    interval_samples_ += batch_size;
-    total_samples_timed_ += batch_size;
+    report_.end_step(mark, comm_, model_->halo(), batch_size);
 
     ++state_.step;
     state_.samples_seen += batch_size;
@@ -639,7 +597,7 @@ ExitCode Trainer::run() {
   if (cfg_.checkpoint.at_end && last_checkpoint_step_ != state_.step) checkpoint();
   finish_checkpoint();
 
-  const double wall = StepTimer::now() - run_start_wall_;
+  const double wall = report_.wall_seconds();
   write_summary("completed");
   out_->log(fmt::format("done: {} steps in {}, final train loss {:.4f}{}", state_.step,
                         format_duration(wall), last_loss_,
@@ -665,46 +623,13 @@ nlohmann::json Trainer::summary(const std::string& status) const {
                            ? nlohmann::json(last_eval_.accuracy) : nlohmann::json(nullptr);
   if (cfg_.model.kind == ModelKind::unet)
     j["test_rel_l2"] = last_eval_step_ >= 0 ? nlohmann::json(last_eval_.rel_l2) : nlohmann::json(nullptr);
-  if (model_->halo() != nullptr && halo_steps_ > 0) {
-    // Per training step of this run (evaluation's forwards excluded), this rank's view.
-    const auto per_step = [&](double v) { return v / static_cast<double>(halo_steps_); };
-    j["halo"] = {{"exchanges_per_step", per_step(static_cast<double>(halo_train_.exchanges))},
-                 {"bytes_per_step", per_step(static_cast<double>(halo_train_.bytes_sent))},
-                 {"wait_s_per_step", per_step(halo_train_.wait_seconds)},
-                 {"overlap", cfg_.parallel.halo_overlap},
-                 {"rank", comm_.rank()}};
-  }
-  {
-    // The bytes every rank handed to each group's communication per training step of this run
-    // (the communicator's counters, comm/communicator.hpp CommBytes), summed over the ranks, and
-    // the part the senders know went to another node (our own algorithms and sends only).
-    std::vector<double> bytes;
-    for (const auto& g : comm_train_) bytes.insert(bytes.end(), g.begin(), g.end());
-    comm_.allreduce_sum(bytes.data(), bytes.size(), Group::world);
-    const double steps = std::max<double>(1.0, static_cast<double>(comm_steps_));
-    nlohmann::json by_group, total = 0.0, other = 0.0;
-    for (std::size_t g = 0; g < comm_train_.size(); ++g) {
-      if (bytes[2 * g] == 0.0) continue;
-      by_group[group_name(static_cast<Group>(g))] = bytes[2 * g] / steps;
-      total = total.get<double>() + bytes[2 * g] / steps;
-      other = other.get<double>() + bytes[2 * g + 1] / steps;
-    }
-    j["comm"] = {{"bytes_per_step", total}, {"bytes_per_step_by_group", by_group},
-                 {"bytes_to_other_nodes_per_step", other},
-                 {"allreduce", std::string(to_string(cfg_.comm.allreduce))},
-                 {"reduce_dtype", std::string(to_string(cfg_.comm.reduce_dtype))}};
-  }
-  j["samples_per_s"] = total_step_seconds_ > 0
-                           ? static_cast<double>(total_samples_timed_) / total_step_seconds_ : 0.0;
-  j["wall_s"] = StepTimer::now() - run_start_wall_;
+  report_.add_to_summary(j, cfg_, comm_, model_->halo() != nullptr, tokens_per_sample());  // collective
   j["layout"] = comm_.layout(cfg_.parallel.zero);
   j["precision"] = precision_name(cfg_.train.precision);
   if (scaler_ && scaler_->enabled()) {
     j["loss_scale"] = scaler_->scale();
     j["skipped_steps"] = scaler_->state().skipped;
   }
-  if (tokens_per_sample() > 0 && j.contains("samples_per_s"))
-    j["tokens_per_s"] = j["samples_per_s"].get<double>() * static_cast<double>(tokens_per_sample());
   j["ranks"] = comm_.size();
   j["placement"] = placement_json(places_);
   j["parameters"] = model_->params().parameter_count();
@@ -719,13 +644,6 @@ nlohmann::json Trainer::summary(const std::string& status) const {
   comm_.allreduce_max(peaks.data(), peaks.size(), Group::world);
   j["peak_activation_slots"] = static_cast<int>(*std::max_element(peaks.begin(), peaks.end()));
   j["peak_activation_slots_by_stage"] = std::vector<int>(peaks.begin(), peaks.end());
-  // Each stage's bubble: the share of its training steps it spent waiting in pipeline receives
-  // and sends (Phase::pipeline), the most of its ranks.
-  std::vector<double> bubble(static_cast<std::size_t>(comm_.pp()), 0.0);
-  bubble[static_cast<std::size_t>(comm_.coord().pipeline)] =
-      total_step_seconds_ > 0 ? total_pipeline_seconds_ / total_step_seconds_ : 0.0;
-  comm_.allreduce_max(bubble.data(), bubble.size(), Group::world);
-  j["bubble_by_stage"] = bubble;
   nlohmann::json memory;
   for (std::size_t c = 0; c < static_cast<std::size_t>(mem::Category::count); ++c)
     memory[std::string(mem::name(static_cast<mem::Category>(c))) + "_peak_bytes"] =

@@ -12,6 +12,7 @@
 #include "io/dataset.hpp"
 #include "train/gradient_exchange.hpp"
 #include "train/optimizer_step.hpp"
+#include "train/run_report.hpp"
 #include "train/checkpointer.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/model.hpp"
@@ -135,20 +136,7 @@ class Trainer {
   Matrix<float> inputs_, targets_;
   Vector<std::int32_t> labels_;
 
-  // Bytes handed to each group's communication during this run's training steps (by Group: total,
-  // to other nodes), and the steps counted.
-  std::array<std::array<double, 2>, 8> comm_train_{};
-  std::int64_t comm_steps_ = 0;
-  nn::HaloStats halo_train_;       // halo exchanges of this run's training steps (spatial models)
-  std::int64_t halo_steps_ = 0;
-  StepTimer timer_;
-  double tensor_seconds_ = 0.0;  // time in tensor-group sums, since the last take
-  double run_start_wall_ = 0.0;
-  std::int64_t interval_samples_ = 0, total_samples_timed_ = 0, last_logged_step_ = 0;
-  double loop_start_wall_ = 0.0;     // when run()'s loop began (the ETA's clock)
-  std::int64_t loop_start_step_ = 0;  // the step it began at (0, or the resumed one)
-  double total_step_seconds_ = 0.0, total_step_seconds_interval_ = 0.0;
-  double total_pipeline_seconds_ = 0.0;  // Phase::pipeline of the steps logged so far
+  RunReport report_;  // the run's books: timers, rates, bytes, the ETA's clocks
 };
 
 }  // namespace tessera
