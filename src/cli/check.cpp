@@ -19,6 +19,7 @@
 #include "io/dataset.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/placement.hpp"
+#include "optim/state_file.hpp"
 #include "train/sampler.hpp"
 #include "train/threads.hpp"
 #include "train/trainer.hpp"
@@ -125,6 +126,9 @@ void print_estimate(const Config& cfg, const ModelShape& shape, const MemoryEsti
                            cfg.parallel.zero, megabytes(e.parameters), megabytes(e.gradients),
                            megabytes(e.optimizer), megabytes(e.activations), e.micro_batch,
                            e.eval_batch, megabytes(e.comm), megabytes(e.data), megabytes(e.total()));
+  if (e.offload_disk > 0)
+    std::cout << fmt::format("optimizer state on disk per rank (optimizer.offload = \"disk\", under {}): {}\n",
+                             offload_dir(cfg.optimizer.offload_path), megabytes(e.offload_disk));
   const mem::NodeMemory node = mem::node_memory();
   std::cout << fmt::format("this node: {:.2f} GB ({}); the estimate per rank must fit the node's memory "
                            "shared by its ranks\n", node.bytes / 1e9, node.source);

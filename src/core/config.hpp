@@ -16,6 +16,8 @@ enum class Activation { relu, gelu };
 enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> CE, targets -> MSE
 enum class FieldNormalize { automatic, none, channel };  // automatic: channel for a unet, else none
 enum class OptimizerKind { sgd, adamw };
+/// optimizer.offload: where the optimizer state lives between steps.
+enum class OptimizerOffload { none, disk };
 enum class ScheduleKind { constant, cosine, step, cosine_restarts };
 enum class PipelineSchedule { gpipe, one_f_one_b };
 /// parallel.zero_group: the ranks ZeRO spreads the state over (the whole replica group, or its ranks
@@ -91,6 +93,9 @@ struct OptimizerConfig {
   double beta2 = 0.999;        ///< adamw
   double eps = 1e-8;           ///< adamw
   double clip_grad_norm = 0.0; ///< 0: no clipping
+  OptimizerOffload offload = OptimizerOffload::none;
+  std::string offload_path;         ///< disk: the directory of the state files; "": $TMPDIR, else /tmp
+  double offload_buffer_mb = 64.0;  ///< disk: the host buffer the state streams through, in MB
 
   bool operator==(const OptimizerConfig&) const = default;
 };

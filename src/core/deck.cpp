@@ -346,6 +346,7 @@ std::string_view to_string(Activation v) { return name_in(deck::kActivations, v)
 std::string_view to_string(LossKind v) { return name_in(deck::kLossKinds, v); }
 std::string_view to_string(FieldNormalize v) { return name_in(deck::kFieldNormalize, v); }
 std::string_view to_string(OptimizerKind v) { return name_in(deck::kOptimizerKinds, v); }
+std::string_view to_string(OptimizerOffload v) { return name_in(deck::kOptimizerOffloads, v); }
 std::string_view to_string(ScheduleKind v) { return name_in(deck::kScheduleKinds, v); }
 std::string_view to_string(PipelineSchedule v) { return name_in(deck::kPipelineSchedules, v); }
 std::string_view to_string(ZeroGroup v) { return name_in(deck::kZeroGroups, v); }

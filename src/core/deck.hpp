@@ -49,6 +49,7 @@ std::string_view to_string(Activation v);
 std::string_view to_string(LossKind v);
 std::string_view to_string(FieldNormalize v);
 std::string_view to_string(OptimizerKind v);
+std::string_view to_string(OptimizerOffload v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(PipelineSchedule v);
 std::string_view to_string(ZeroGroup v);

@@ -188,6 +188,9 @@ std::vector<KeySpec> build_schema() {
     optimizer.key<&O::beta2>("beta2", closed_open(0, 1), "adamw: decay of the second moment"),
     optimizer.key<&O::eps>("eps", above(0), "adamw: added to the root of the second moment"),
     optimizer.key<&O::clip_grad_norm>("clip_grad_norm", at_least(0), "clip the global gradient norm to this; 0: no clipping"),
+    optimizer.choice<&O::offload>("offload", kOptimizerOffloads, "where the optimizer state lives between steps: none (memory) or disk (a file per rank under optimizer.offload_path, streamed through optimizer.offload_buffer_mb; the same parameters bit for bit)"),
+    optimizer.text<&O::offload_path>("offload_path", Text::any, "optimizer.offload = disk: directory of the per-rank state files (node-local scratch); empty: $TMPDIR, else /tmp"),
+    optimizer.key<&O::offload_buffer_mb>("offload_buffer_mb", closed(0.03, 1 << 20), "optimizer.offload = disk: host buffer the state streams through, in MB (all state buffers together)"),
 
     schedule.choice<&S::kind>("kind", kScheduleKinds, "learning-rate schedule after the warm-up"),
     schedule.key<&S::warmup_steps>("warmup_steps", closed(0, kMaxSteps), "linear warm-up from 0 to optimizer.lr over this many steps (all kinds)"),

@@ -91,6 +91,8 @@ inline constexpr Choice<LossKind> kLossKinds[] = {{"auto", LossKind::automatic},
                                                   {"mse", LossKind::mse}};
 inline constexpr Choice<OptimizerKind> kOptimizerKinds[] = {{"sgd", OptimizerKind::sgd},
                                                             {"adamw", OptimizerKind::adamw}};
+inline constexpr Choice<OptimizerOffload> kOptimizerOffloads[] = {{"none", OptimizerOffload::none},
+                                                                   {"disk", OptimizerOffload::disk}};
 inline constexpr Choice<ScheduleKind> kScheduleKinds[] = {{"constant", ScheduleKind::constant},
                                                           {"cosine", ScheduleKind::cosine},
                                                           {"step", ScheduleKind::step},

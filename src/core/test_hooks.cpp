@@ -52,6 +52,12 @@ std::optional<long> fail_in_read() {
   return std::atol(text);
 }
 
+std::optional<long> fail_offload_write() {
+  const char* text = value_of("TESSERA_TEST_FAIL_OFFLOAD_WRITE");
+  if (text == nullptr) return std::nullopt;
+  return std::atol(text);
+}
+
 std::optional<long long> perturb_replica() {
   const char* text = value_of("TESSERA_TEST_PERTURB_REPLICA");
   if (text == nullptr) return std::nullopt;

@@ -28,6 +28,9 @@
 //   TESSERA_TEST_FAIL_IN_READ=K
 //       rank 1 (rank 0 when alone) fails the K-th checkpoint tensor read of its process
 //       (io/checkpoint_file.cpp). integration/test_robustness.
+//   TESSERA_TEST_FAIL_OFFLOAD_WRITE=K
+//       world rank 1 fails the K-th write to its optimizer.offload file (EIO) (optim/state_file.cpp).
+//       integration/test_offload.
 //   TESSERA_TEST_PERTURB_REPLICA=STEP
 //       replica rank 1 of each replica group adds 1e-3 to its first parameter value just before
 //       the replica check after STEP (train/replica_check.cpp). integration/test_training.
@@ -66,6 +69,10 @@ bool names_step(StepHook hook, std::string_view step);
 /// \brief K of TESSERA_TEST_FAIL_IN_READ=K (std::atol of the value: 0 for a non-number), the
 /// checkpoint tensor read of the process that fails on rank 1; nullopt where unset.
 std::optional<long> fail_in_read();
+
+/// \brief K of TESSERA_TEST_FAIL_OFFLOAD_WRITE=K (std::atol of the value), the write to the
+/// optimizer.offload file of world rank 1 that fails; nullopt where unset.
+std::optional<long> fail_offload_write();
 
 /// \brief STEP of TESSERA_TEST_PERTURB_REPLICA=STEP (std::atoll of the value), the step after
 /// which replica rank 1 perturbs its parameters; nullopt where unset.

@@ -1,6 +1,10 @@
 #pragma once
-// Optimizers over the flat parameter buffer: one kernel per step for the whole model.
+// Optimizers over the flat parameter buffer: one kernel per step for the whole model (or per piece:
+// a ZeRO shard's chunks, a bucket). The state lives in memory, or with optimizer.offload = "disk"
+// in a scratch file per rank (optim/state_file.hpp) that each update streams through a bounded
+// host buffer in tiles: the same per-element kernel on the same values, so the same bits.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,16 +14,24 @@
 
 namespace tessera {
 
+class StateFile;
+
 class Optimizer {
  public:
   /// \param n elements of state per buffer: the flat parameter buffer, or a ZeRO shard of it.
-  Optimizer(const OptimizerConfig& cfg, std::size_t n);
+  /// \param rank this process's world rank (the offload file's name).
+  /// InputError (this rank only) where optimizer.offload = "disk" and its file cannot be made.
+  Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank = 0);
+  ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
 
   /// \brief A step in pieces: begin_step() counts it (AdamW's bias correction uses the count),
   /// then update() for each piece; a piece's state is the state's elements from state_offset on.
   void begin_step() { ++steps_; }
   /// `extras`: a factor on the gradients and the bf16 copies written in the same pass
-  /// (kernels::UpdateExtras).
+  /// (kernels::UpdateExtras). Offloaded: the piece's state is read, updated and written back tile by
+  /// tile; InputError naming the file and the rank on an I/O error.
   void update(const ExecSpace& exec, VectorU<float> params, VectorU<float> grads, double lr,
               std::size_t state_offset, const kernels::UpdateExtras& extras = {});
 
@@ -30,13 +42,43 @@ class Optimizer {
   /// Names of the per-element state buffers: {"momentum"} for SGD with momentum,
   /// {"exp_avg", "exp_avg_sq"} for AdamW, none for plain SGD.
   const std::vector<std::string>& state_names() const { return names_; }
-  Vector<float> state(std::size_t i) const { return states_[i]; }
+  /// Elements of each state buffer.
+  std::size_t size() const { return n_; }
+
+  /// A host copy of state buffer i: the buffer itself where it lives in host memory, else a copy
+  /// (from the device, or read from the offload file).
+  class HostState {
+   public:
+    const float* data() const { return view_.data() != nullptr ? view_.data() : copy_.data(); }
+
+   private:
+    friend class Optimizer;
+    Kokkos::View<const float*, HostSpace> view_;
+    std::vector<float> copy_;
+  };
+  HostState host_state(std::size_t i) const;
+  /// \brief Copies state buffer i into `out` (size() floats).
+  void copy_state(std::size_t i, float* out) const;
+  /// \brief Sets state buffer i from `in` (size() floats on the host).
+  void set_state(std::size_t i, const float* in);
+
+  /// The offload file, or nullptr where the state lives in memory.
+  StateFile* offload_file() const { return file_.get(); }
+  /// "memory", or where and how the offloaded state streams, for the run log.
+  std::string describe_offload() const;
 
  private:
+  struct AlignedFree {
+    void operator()(float* p) const;
+  };
   OptimizerConfig cfg_;
+  std::size_t n_ = 0;
   std::int64_t steps_ = 0;
   std::vector<std::string> names_;
-  std::vector<Vector<float>> states_;
+  std::vector<Vector<float>> states_;  // in memory
+  std::unique_ptr<StateFile> file_;    // offloaded
+  std::size_t tile_ = 0;               // elements per state per tile
+  std::vector<std::unique_ptr<float, AlignedFree>> tiles_;  // one host tile per state
 };
 
 }  // namespace tessera

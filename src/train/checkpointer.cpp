@@ -312,10 +312,11 @@ std::string Checkpointer::save(const Model& model, const Sharding& sharding, con
   // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
   // optimizer state (full, or this rank's shard: the sharding says).
   auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), sharding.values());
-  std::vector<decltype(h_values)> h_states;
+  std::vector<Optimizer::HostState> h_states;
+  h_states.reserve(opt.state_names().size());
   std::vector<const float*> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
-    h_states.push_back(Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)));
+    h_states.push_back(opt.host_state(i));
     states.push_back(h_states.back().data());
   }
   const fs::path path = fs::path(dir_) / fmt::format("step_{:08}.h5", state.step);
@@ -351,7 +352,8 @@ void Checkpointer::begin_save(const Model& model, const Sharding& sharding, cons
   std::vector<const float*> states;
   p->states.resize(opt.state_names().size());
   for (std::size_t i = 0; i < p->states.size(); ++i) {
-    stage(opt.state(i), p->states[i]);
+    p->states[i].resize(opt.size());
+    opt.copy_state(i, p->states[i].data());
     states.push_back(p->states[i].data());
   }
   p->step = state.step;
@@ -535,17 +537,17 @@ TrainState Checkpointer::load(const std::string& path, Model& model, const Shard
   const auto& store = model.params();
   const bool sharded = sharding.state_sharded();
   const auto pieces = sharded ? sharding.pieces() : std::vector<Sharding::Piece>{};
-  std::vector<decltype(Kokkos::create_mirror_view(opt.state(0)))> h_states;
+  std::vector<std::vector<float>> h_states(opt.state_names().size());
   std::vector<const float*> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
-    h_states.push_back(Kokkos::create_mirror_view(opt.state(i)));
-    states.push_back(h_states.back().data());
+    h_states[i].resize(opt.size());
+    states.push_back(h_states[i].data());
     for (const auto& logical : all)
       read_tensor(file, "optimizer/" + logical.name + "/" + opt.state_names()[i], store, logical,
-                  sharded ? &pieces : nullptr, h_states.back().data());
+                  sharded ? &pieces : nullptr, h_states[i].data());
   }
   verify(file, slabs(model, &sharding, nullptr, states, opt.state_names()));  // the model's were verified by load_model
-  for (std::size_t i = 0; i < h_states.size(); ++i) Kokkos::deep_copy(opt.state(i), h_states[i]);
+  for (std::size_t i = 0; i < h_states.size(); ++i) opt.set_state(i, h_states[i].data());
   opt.set_steps(opt_step);
   resumed_from_ = s.step;
   return s;

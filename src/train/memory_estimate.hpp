@@ -13,6 +13,9 @@ namespace tessera {
 /// Bytes per rank by category (the categories of core/memory.hpp's counters).
 struct MemoryEstimate {
   double parameters = 0, gradients = 0, optimizer = 0, activations = 0, comm = 0, data = 0;
+  /// optimizer.offload = "disk": the optimizer state in the rank's scratch file (optimizer then
+  /// counts only the buffer it streams through); not part of total().
+  double offload_disk = 0;
   std::int64_t micro_batch = 0;      ///< rows of the largest micro-batch
   std::int64_t eval_batch = 0;       ///< rows of the largest evaluation batch
   std::size_t parameter_count = 0;   ///< of the whole model

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "comm/agree.hpp"
+#include "core/error.hpp"
 #include "core/memory.hpp"
 #include "kernels/reduce.hpp"
 #include "train/step_timer.hpp"
@@ -19,7 +21,7 @@ void accumulate(const ExecSpace& exec, VectorU<float> y, VectorU<float> x) {
 
 OptimizerStep::OptimizerStep(const Config& cfg, const Communicator& comm, nn::ParamStore<float>& store,
                              Sharding& sharding)
-    : cfg_(cfg), comm_(comm), store_(store), sharding_(sharding), opt_(cfg.optimizer, sharding.state_size()) {
+    : cfg_(cfg), comm_(comm), store_(store), sharding_(sharding), opt_(cfg.optimizer, sharding.state_size(), comm.rank()) {
   const bool tensor_root = comm.rank(Group::tensor) == 0;
   const auto& infos = store.infos();
   counted_.resize(infos.size());
@@ -84,10 +86,22 @@ StepReport OptimizerStep::run(const ExecSpace& exec, double lr, double grad_scal
   if (whole) extras.bf16 = store_.bf16_copies();
 
   opt_.begin_step();
-  for (const auto& span : spans)
-    opt_.update(exec, VectorU<float>(span.values, span.n), VectorU<float>(span.grads, span.n), lr,
-                span.state_offset, extras);
+  // An offloaded state's I/O may fail on one rank (a full disk, EIO): every rank learns it here,
+  // before the allgather, and the run stops with the last checkpoint intact.
+  std::string io_error;
+  try {
+    for (const auto& span : spans)
+      opt_.update(exec, VectorU<float>(span.values, span.n), VectorU<float>(span.grads, span.n), lr,
+                  span.state_offset, extras);
+  } catch (const InputError& e) {
+    if (opt_.offload_file() == nullptr) throw;
+    io_error = e.what();
+  }
   exec.fence();
+  if (opt_.offload_file() != nullptr)
+    agree(comm_.handle(), [&] {
+      if (!io_error.empty()) throw InputError(io_error);
+    });
   const double t2 = StepTimer::now();
   sharding_.after_update(exec);
   store_.values_changed();  // the bf16 copies of the weights (ParamStore::bf16_value) are stale...

@@ -51,7 +51,7 @@ void check_replicas(const Config& cfg, const Communicator& comm, Model& model, c
   block_sums(store, Kokkos::create_mirror_view_and_copy(HostSpace(), store.values()).data(), sums);
   if (!sharding.state_sharded())
     for (std::size_t i = 0; i < opt.state_names().size(); ++i)
-      block_sums(store, Kokkos::create_mirror_view_and_copy(HostSpace(), opt.state(i)).data(), sums);
+      block_sums(store, opt.host_state(i).data(), sums);
 
   // Every rank of the replica group (data x spatial) sees every rank's sums; the first that differs
   // from rank 0's.

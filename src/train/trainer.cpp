@@ -15,6 +15,7 @@
 #include "blas/gemm.hpp"
 #include "blas/gemm_library.hpp"
 #include "optim/schedule.hpp"
+#include "optim/state_file.hpp"
 #include "train/field_norm.hpp"
 #include "train/pipeline_executor.hpp"
 #include "train/memory_estimate.hpp"
@@ -249,7 +250,8 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                                    sharding_->layout(), model_part(cfg_, comm_, shape, report_.tensor_seconds()));
   sharding_->bind(model_->params());
   if (sharding_->values_sharded()) sharding_->initialize(exec_, cfg_.run.seed);
-  step_ = std::make_unique<OptimizerStep>(cfg_, comm_, model_->params(), *sharding_);
+  // The optimizer's state (optimizer.offload = "disk": its scratch file, made here) on every rank or none.
+  agree(comm_.handle(), [&] { step_ = std::make_unique<OptimizerStep>(cfg_, comm_, model_->params(), *sharding_); });
   exchange_ = GradientExchange::make(cfg_, comm_, model_->params(), *sharding_, *step_);
   model_->set_hooks(exchange_.get());
   pipeline_ = std::make_unique<PipelineExecutor>(cfg_, comm_, *model_, report_.timer(), report_.tensor_seconds());
@@ -311,6 +313,8 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   out_->log(fmt::format("exchange: {} bucket(s) of about {} MB, overlap {}, no_sync {}, {}",
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
                         cfg_.comm.no_sync, sharding_->describe()));
+  if (step_->optimizer().offload_file() != nullptr)
+    out_->log("optimizer state (rank 0): " + step_->optimizer().describe_offload());
   out_->log(comm_.describe_backend());
   out_->log(describe(threads));
   for (const auto& line : describe_placement(places_, comm_.dp(), comm_.tp(), comm_.pp(), comm_.sp())) out_->log(line);
@@ -625,6 +629,13 @@ nlohmann::json Trainer::summary(const std::string& status) const {
     j["test_rel_l2"] = last_eval_step_ >= 0 ? nlohmann::json(last_eval_.rel_l2) : nlohmann::json(nullptr);
   report_.add_to_summary(j, cfg_, comm_, model_->halo() != nullptr, tokens_per_sample());  // collective
   j["layout"] = comm_.layout(cfg_.parallel.zero);
+  if (const StateFile* file = step_->optimizer().offload_file()) {
+    // Bytes this rank moved to and from its offload file (updates, checkpoints, resume), all ranks summed.
+    double bytes[2] = {file->bytes_read(), file->bytes_written()};
+    comm_.allreduce_sum(bytes, 2, Group::world);
+    j["optimizer_offload"] = {{"kind", "disk"}, {"direct_io_rank0", file->direct()},
+                              {"bytes_read", bytes[0]}, {"bytes_written", bytes[1]}};
+  }
   j["precision"] = precision_name(cfg_.train.precision);
   if (scaler_ && scaler_->enabled()) {
     j["loss_scale"] = scaler_->scale();

@@ -1,0 +1,100 @@
+#include "optim/state_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/test_hooks.hpp"
+
+namespace tessera {
+
+namespace {
+constexpr std::size_t kBlockBytes = StateFile::kBlock * sizeof(float);
+}  // namespace
+
+std::string offload_dir(const std::string& offload_path) {
+  if (!offload_path.empty()) return offload_path;
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp");
+}
+
+StateFile::StateFile(const std::string& dir, int rank, std::size_t states, std::size_t n)
+    : rank_(rank), padded_((n + kBlock - 1) / kBlock * kBlock) {
+  path_ = fmt::format("{}/tessera-optimizer-state.{}.rank{}", dir, ::getpid(), rank);
+  const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
+  fd_ = ::open(path_.c_str(), flags | O_DIRECT, 0600);
+  if (fd_ >= 0) {
+    direct_ = true;
+  } else if (errno == EINVAL) {
+    why_buffered_ = "the file system refuses O_DIRECT";
+    fd_ = ::open(path_.c_str(), flags, 0600);
+  }
+  if (fd_ < 0)
+    throw InputError(fmt::format("optimizer.offload_path: cannot create {} on rank {}: {}", path_, rank,
+                                 std::strerror(errno)));
+  // Scratch: gone from the directory at once, gone from the disk when the process ends.
+  ::unlink(path_.c_str());
+  const auto bytes = static_cast<off_t>(states * padded_ * sizeof(float));
+  if (bytes > 0) {
+    const int err = ::posix_fallocate(fd_, 0, bytes);
+    if (err != 0)
+      throw InputError(fmt::format("optimizer.offload_path: cannot reserve {:.1f} MB for {} on rank {}: {}",
+                                   static_cast<double>(bytes) / 1e6, path_, rank, std::strerror(err)));
+  }
+}
+
+StateFile::~StateFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void StateFile::read(std::size_t s, std::size_t begin, std::size_t count, float* out) const {
+  auto* p = reinterpret_cast<char*>(out);
+  std::size_t left = count * sizeof(float);
+  auto at = static_cast<off_t>((s * padded_ + begin) * sizeof(float));
+  while (left > 0) {
+    const ssize_t got = ::pread(fd_, p, left, at);
+    if (got <= 0)
+      throw InputError(fmt::format("optimizer.offload: reading {} on rank {} failed: {}", path_, rank_,
+                                   got == 0 ? "unexpected end of file" : std::strerror(errno)));
+    p += got;
+    at += got;
+    left -= static_cast<std::size_t>(got);
+  }
+  read_bytes_ += static_cast<double>(count * sizeof(float));
+}
+
+void StateFile::write(std::size_t s, std::size_t begin, std::size_t count, const float* in) {
+  // Test hook (core/test_hooks.hpp): world rank 1's K-th write fails as a failing disk's would.
+  ++writes_;
+  if (rank_ == 1 && test_hooks::fail_offload_write() == writes_)
+    throw InputError(fmt::format("optimizer.offload: writing {} on rank {} failed: {} (TESSERA_TEST_FAIL_OFFLOAD_WRITE)",
+                                 path_, rank_, std::strerror(EIO)));
+  const auto* p = reinterpret_cast<const char*>(in);
+  std::size_t left = count * sizeof(float);
+  auto at = static_cast<off_t>((s * padded_ + begin) * sizeof(float));
+  while (left > 0) {
+    const ssize_t put = ::pwrite(fd_, p, left, at);
+    if (put <= 0)
+      throw InputError(fmt::format("optimizer.offload: writing {} on rank {} failed: {}", path_, rank_,
+                                   put == 0 ? "nothing written" : std::strerror(errno)));
+    p += put;
+    at += put;
+    left -= static_cast<std::size_t>(put);
+  }
+  written_bytes_ += static_cast<double>(count * sizeof(float));
+}
+
+std::string StateFile::describe() const {
+  return direct_ ? fmt::format("{} (O_DIRECT)", path_) : fmt::format("{} (buffered I/O: {})", path_, why_buffered_);
+}
+
+static_assert(kBlockBytes == 4096, "O_DIRECT's alignment");
+
+}  // namespace tessera

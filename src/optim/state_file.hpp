@@ -1,0 +1,63 @@
+#pragma once
+// optimizer.offload = "disk": the optimizer state of one rank in one scratch file on a node-local
+// path, read and written in tiles. Scratch, never the source of truth: the file is unlinked as soon
+// as it is open, so whatever ends the process (an exit, a signal, a killed node) leaves nothing to
+// be trusted or cleaned up, and the checkpoint's HDF5 tensors stay the state a run resumes from.
+// Its space is reserved when it is made, so a full disk fails the run before its first step.
+//
+// O_DIRECT where the file system takes it (the page cache would only hold a second copy of what
+// the buffer holds), buffered I/O where it does not (tmpfs, overlay, some parallel file systems);
+// describe() says which. Every read and write covers whole blocks of kBlock elements (4 KiB,
+// O_DIRECT's alignment), and the host buffers are aligned to it.
+#include <cstddef>
+#include <string>
+
+namespace tessera {
+
+class StateFile {
+ public:
+  /// Elements per block: offsets and lengths of read() and write() are multiples of it (a length
+  /// may end at the padded end of a state).
+  static constexpr std::size_t kBlock = 1024;
+
+  /// \brief A file under `dir` holding `states` arrays of `n` floats (each padded to whole
+  /// blocks), for world rank `rank`. InputError naming the path where the directory is missing or
+  /// refuses a file, or the space cannot be reserved.
+  StateFile(const std::string& dir, int rank, std::size_t states, std::size_t n);
+  ~StateFile();
+  StateFile(const StateFile&) = delete;
+  StateFile& operator=(const StateFile&) = delete;
+
+  /// Elements of one state as stored: n rounded up to whole blocks.
+  std::size_t padded() const { return padded_; }
+  /// \brief Reads `count` elements of state `s` from element `begin` into `out` (aligned to 4 KiB
+  /// where direct()). InputError naming the path and the rank on an I/O error.
+  void read(std::size_t s, std::size_t begin, std::size_t count, float* out) const;
+  /// \brief Writes them back. InputError naming the path and the rank on an I/O error (a full disk,
+  /// EIO).
+  void write(std::size_t s, std::size_t begin, std::size_t count, const float* in);
+
+  bool direct() const { return direct_; }
+  /// "<path> (O_DIRECT)" or "<path> (buffered I/O: <why>)", for the run log; the path is the one
+  /// the file had before it was unlinked.
+  std::string describe() const;
+  /// Bytes read and written since the file was made.
+  double bytes_read() const { return read_bytes_; }
+  double bytes_written() const { return written_bytes_; }
+
+ private:
+  std::string path_;
+  std::string why_buffered_;
+  int fd_ = -1;
+  int rank_ = 0;
+  bool direct_ = false;
+  std::size_t padded_ = 0;
+  mutable double read_bytes_ = 0.0;
+  double written_bytes_ = 0.0;
+  long writes_ = 0;  // writes made (the test hook counts them)
+};
+
+/// \brief The directory optimizer.offload_path names: the path itself, else $TMPDIR, else /tmp.
+std::string offload_dir(const std::string& offload_path);
+
+}  // namespace tessera

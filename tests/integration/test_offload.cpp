@@ -1,0 +1,122 @@
+// optimizer.offload = "disk": the optimizer state in a scratch file per rank, streamed through a
+// small buffer (0.05 MB here, so every update goes through several tiles and ZeRO's chunks start
+// mid-tile). The parameters and the state after every step are those of the in-memory run, bit for
+// bit (`tessera diff --tolerance 0` on the checkpoints, the losses equal); checkpoints move between
+// offloaded and in-memory runs; a bad offload path stops the run before its first step; a write
+// failing mid-run stops every rank with the newest checkpoint intact and resumable.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "run_helpers.hpp"
+
+namespace tessera::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string disk = " --set optimizer.offload=disk --set optimizer.offload_buffer_mb=0.05";
+const std::string adamw = " --set optimizer.kind=adamw --set optimizer.lr=0.002";
+
+std::string ckpt(const std::string& dir, int step) {
+  return fmt::format("{}/checkpoints/step_{:08}.h5", dir, step);
+}
+
+// The two checkpoints hold the same bits in every tensor, the optimizer state included.
+void expect_same_bits(const std::string& a, const std::string& b) {
+  const RunResult d = tessera(1, fmt::format("diff {} {} --tolerance 0", a, b));
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("tolerance 0: passed"), std::string::npos) << d.output;
+}
+
+// The same deck in memory and offloaded to disk.
+void expect_disk_equals_memory(const std::string& name, int ranks, const std::string& args_of_dir) {
+  const std::string mem = fresh_dir(name + "_mem"), off = fresh_dir(name + "_disk");
+  const RunResult a = tessera(ranks, fmt::format(fmt::runtime(args_of_dir), mem, ""));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const RunResult b = tessera(ranks, fmt::format(fmt::runtime(args_of_dir), off, disk));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("optimizer state (rank 0): disk"), std::string::npos) << b.output;
+  EXPECT_EQ(train_losses(mem), train_losses(off));
+  for (int step : {10, 30}) expect_same_bits(ckpt(mem, step), ckpt(off, step));
+  // Scratch: nothing of the run is left in the offload directory.
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path()))
+    EXPECT_EQ(e.path().filename().string().find("tessera-optimizer-state"), std::string::npos) << e.path();
+}
+
+std::string mlp(const std::string& extra) {
+  // {} the output directory, {} the offload arguments.
+  return train_args("{}", extra + " --set checkpoint.keep=0 {}");
+}
+
+TEST(Offload, DiskGivesTheBitsOfMemoryOnEveryLayout) {
+  expect_disk_equals_memory("adamw_np1", 1, mlp(adamw));
+  expect_disk_equals_memory("sgd_zero3", 2, mlp("--set parallel.zero=3 --set comm.bucket_mb=0.005"));
+  expect_disk_equals_memory("adamw_zero1_clip_micro", 2,
+                            mlp(adamw + " --set optimizer.clip_grad_norm=0.5 --set parallel.zero=1 "
+                                        "--set parallel.micro_batches=2 --set comm.bucket_mb=0.005"));
+  expect_disk_equals_memory("adamw_bf16", 2, mlp(adamw + " --set train.precision=bf16"));
+}
+
+TEST(Offload, GptGivesTheBitsOfMemory) {
+  const std::string dir = fresh_dir("corpus");
+  const std::string src = TESSERA_SOURCE_DIR, corpus = dir + "/docs.h5";
+  const RunResult p = tessera(1, fmt::format("prepare text --out {} {}/README.md {}/docs/design.md", corpus, src, src));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  expect_disk_equals_memory(
+      "gpt_bf16_zero3", 2,
+      fmt::format("train {}/tests/integration/gpt_test.toml --set data.path={} --set run.output_dir={{}} "
+                  "--set train.precision=bf16 --set parallel.zero=3 --set train.steps=30 "
+                  "--set checkpoint.every_steps=10 --set checkpoint.keep=0 {{}}",
+                  src, corpus));
+}
+
+TEST(Offload, CheckpointsMoveBetweenDiskAndMemory) {
+  const std::string whole = fresh_dir("whole");
+  ASSERT_EQ(tessera(2, train_args(whole, adamw)).exit_code, 0);
+  // 20 steps one way, the last 10 the other: the uninterrupted run's bits.
+  for (const auto& [first, second] : {std::pair{disk, std::string()}, std::pair{std::string(), disk}}) {
+    const std::string dir = fresh_dir(first.empty() ? "memory_then_disk" : "disk_then_memory");
+    ASSERT_EQ(tessera(2, train_args(dir, adamw + first + " --set train.steps=20")).exit_code, 0);
+    const RunResult r = tessera(2, train_args(dir, adamw + second + " --resume auto"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same_bits(ckpt(whole, 30), ckpt(dir, 30));
+  }
+}
+
+TEST(Offload, AnUnusableOffloadPathStopsTheRunBeforeItsFirstStep) {
+  const std::string file = fresh_dir("offload_file") + "/plain";
+  std::ofstream(file) << "x";
+  for (const std::string& path : {std::string("/nonexistent/scratch"), file}) {
+    SCOPED_TRACE(path);
+    const std::string dir = fresh_dir("bad_offload_path");
+    const RunResult r = tessera(2, train_args(dir, disk + " --set optimizer.offload_path=" + path));
+    expect_input_error(r, "optimizer.offload_path: cannot create " + path);
+    EXPECT_FALSE(fs::exists(dir + "/log.txt"));
+    EXPECT_FALSE(fs::exists(dir + "/metrics.csv"));
+  }
+  // comm.priority updates inside the next forward, which the offload does not stream.
+  expect_input_error(tessera(1, train_args(fresh_dir("offload_priority"), disk + " --set comm.priority=true")),
+                     "optimizer.offload");
+}
+
+TEST(Offload, AWriteFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
+  const std::string whole = fresh_dir("fail_whole");
+  ASSERT_EQ(tessera(2, train_args(whole)).exit_code, 0);
+  // SGD's one state of 52650 floats, tiles of 12288: 5 writes per step on each rank; the 75th is
+  // in step 15, after the checkpoint of step 10.
+  const std::string dir = fresh_dir("fail_write");
+  const RunResult r = shell("TESSERA_TEST_FAIL_OFFLOAD_WRITE=75 " + tessera_command(2, train_args(dir, disk)));
+  expect_input_error(r, "on rank 1 failed: Input/output error (TESSERA_TEST_FAIL_OFFLOAD_WRITE)");
+  EXPECT_EQ(read_file(dir + "/checkpoints/latest"), "step_00000010.h5\n");
+  const RunResult resumed = tessera(2, train_args(dir, disk + " --resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  expect_same_bits(ckpt(whole, 30), ckpt(dir, 30));
+}
+
+}  // namespace
+}  // namespace tessera::test
