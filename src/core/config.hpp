@@ -96,6 +96,7 @@ struct OptimizerConfig {
   OptimizerOffload offload = OptimizerOffload::none;
   std::string offload_path;         ///< disk: the directory of the state files; "": $TMPDIR, else /tmp
   double offload_buffer_mb = 64.0;  ///< disk: the host buffer the state streams through, in MB
+  bool offload_overlap = true;      ///< disk: read the next tile and write the last while updating
 
   bool operator==(const OptimizerConfig&) const = default;
 };

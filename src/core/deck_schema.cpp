@@ -191,6 +191,7 @@ std::vector<KeySpec> build_schema() {
     optimizer.choice<&O::offload>("offload", kOptimizerOffloads, "where the optimizer state lives between steps: none (memory) or disk (a file per rank under optimizer.offload_path, streamed through optimizer.offload_buffer_mb; the same parameters bit for bit)"),
     optimizer.text<&O::offload_path>("offload_path", Text::any, "optimizer.offload = disk: directory of the per-rank state files (node-local scratch); empty: $TMPDIR, else /tmp"),
     optimizer.key<&O::offload_buffer_mb>("offload_buffer_mb", closed(0.03, 1 << 20), "optimizer.offload = disk: host buffer the state streams through, in MB (all state buffers together)"),
+    optimizer.flag<&O::offload_overlap>("offload_overlap", "optimizer.offload = disk: read the next tile and write the last one while this one is updated (the buffer then holds three tiles of each state buffer); false: one tile at a time"),
 
     schedule.choice<&S::kind>("kind", kScheduleKinds, "learning-rate schedule after the warm-up"),
     schedule.key<&S::warmup_steps>("warmup_steps", closed(0, kMaxSteps), "linear warm-up from 0 to optimizer.lr over this many steps (all kinds)"),

@@ -29,24 +29,28 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank) : cfg_
   if constexpr (!Kokkos::SpaceAccessibility<HostSpace, Vector<float>::memory_space>::accessible)
     throw InputError("optimizer.offload = \"disk\": this build keeps the parameters on a GPU, whose updates "
                      "the disk offload does not stream yet; set optimizer.offload = \"none\"");
-  // The buffer holds one tile of every state; a tile is whole blocks, at least one.
+  // The buffer holds `depth_` tiles of every state (the one updated, the next read, the last
+  // written); a tile is whole blocks, at least one.
   const std::size_t block = StateFile::kBlock;
+  depth_ = cfg.offload_overlap ? 3 : 1;
   const auto buffer = static_cast<std::size_t>(cfg.offload_buffer_mb * 1e6 / sizeof(float));
-  tile_ = std::max<std::size_t>(1, buffer / names_.size() / block) * block;
+  tile_ = std::max<std::size_t>(1, buffer / names_.size() / depth_ / block) * block;
   file_ = std::make_unique<StateFile>(offload_dir(cfg.offload_path), rank, names_.size(), n);
-  tile_ = std::min(tile_, file_->padded());
-  for (std::size_t i = 0; i < names_.size(); ++i) {
-    void* p = std::aligned_alloc(block * sizeof(float), std::max<std::size_t>(tile_, block) * sizeof(float));
+  tile_ = std::max(block, std::min(tile_, file_->padded()));
+  for (std::size_t i = 0; i < names_.size() * depth_; ++i) {
+    void* p = std::aligned_alloc(block * sizeof(float), tile_ * sizeof(float));
     if (p == nullptr) throw std::bad_alloc();
     tiles_.emplace_back(static_cast<float*>(p));
-    std::fill_n(tiles_.back().get(), std::max<std::size_t>(tile_, block), 0.0f);
+    std::fill_n(tiles_.back().get(), tile_, 0.0f);
   }
-  mem::count_external(mem::Category::optim, static_cast<std::int64_t>(names_.size() * tile_ * sizeof(float)));
+  mem::count_external(mem::Category::optim, static_cast<std::int64_t>(tiles_.size() * tile_ * sizeof(float)));
+  io_ = std::make_unique<StateIo>(*file_);
   // The reserved space reads as zeros: a fresh state, as in memory.
 }
 
 Optimizer::~Optimizer() {
-  if (file_) mem::count_external(mem::Category::optim, -static_cast<std::int64_t>(names_.size() * tile_ * sizeof(float)));
+  io_.reset();  // before the buffers it may still be writing from
+  if (file_) mem::count_external(mem::Category::optim, -static_cast<std::int64_t>(tiles_.size() * tile_ * sizeof(float)));
 }
 
 std::string Optimizer::kind_name() const {
@@ -55,9 +59,10 @@ std::string Optimizer::kind_name() const {
 
 std::string Optimizer::describe_offload() const {
   if (!file_) return "memory";
-  return fmt::format("disk, {} state buffer(s) of {:.1f} MB in {}, streamed in tiles of {:.2f} MB per buffer",
+  return fmt::format("disk, {} state buffer(s) of {:.1f} MB in {}, streamed in tiles of {:.2f} MB per buffer{}",
                      names_.size(), static_cast<double>(n_) * sizeof(float) / 1e6, file_->describe(),
-                     static_cast<double>(tile_) * sizeof(float) / 1e6);
+                     static_cast<double>(tile_) * sizeof(float) / 1e6,
+                     depth_ > 1 ? ", the next read and the last written during each update" : ", one at a time");
 }
 
 void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<float> grads,
@@ -84,22 +89,40 @@ void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<flo
     step(0, n, state);
     return;
   }
-  // Offloaded: tile by tile, each read whole blocks from the file, updated in place, written back.
+  // Offloaded: tile by tile, each read as whole blocks from the file, updated in place and written
+  // back. The I/O thread reads up to depth_ - 1 tiles ahead and writes behind; tile k uses buffer
+  // k % depth_, whose last write (tile k - depth_) was queued before tile k's read.
+  struct Tile {
+    std::size_t first, last;  // its whole blocks in the file
+    std::size_t at, stop;     // the piece's elements in it
+  };
   const std::size_t block = StateFile::kBlock, end = state_offset + n;
+  std::vector<Tile> tiles;
   for (std::size_t at = state_offset; at < end;) {
-    const std::size_t first = at / block * block;                       // the tile's first element in the file
-    const std::size_t stop = std::min(end, first + tile_);              // the piece's elements in this tile end here
-    const std::size_t last = std::min((stop + block - 1) / block * block, file_->padded());
-    std::vector<float*> state;
-    for (std::size_t s = 0; s < names_.size(); ++s) {
-      file_->read(s, first, last - first, tiles_[s].get());
-      state.push_back(tiles_[s].get() + (at - first));
-    }
-    step(at - state_offset, stop - at, state);
-    exec.fence();
-    for (std::size_t s = 0; s < names_.size(); ++s) file_->write(s, first, last - first, tiles_[s].get());
+    const std::size_t first = at / block * block;
+    const std::size_t stop = std::min(end, first + tile_);
+    tiles.push_back({first, std::min((stop + block - 1) / block * block, file_->padded()), at, stop});
     at = stop;
   }
+  const auto buffer = [&](std::size_t s, std::size_t k) { return tiles_[s * depth_ + k % depth_].get(); };
+  std::vector<std::uint64_t> read(tiles.size(), 0);
+  const auto fetch = [&](std::size_t k) {
+    for (std::size_t s = 0; s < names_.size(); ++s)
+      read[k] = io_->read(s, tiles[k].first, tiles[k].last - tiles[k].first, buffer(s, k));
+  };
+  std::uint64_t written = 0;
+  for (std::size_t k = 0; k < std::min(depth_ - 1, tiles.size()); ++k) fetch(k);
+  for (std::size_t k = 0; k < tiles.size(); ++k) {
+    if (k + depth_ - 1 < tiles.size()) fetch(k + depth_ - 1);  // into the buffer tile k - 1 is written from
+    io_->wait(read[k]);
+    std::vector<float*> state;
+    for (std::size_t s = 0; s < names_.size(); ++s) state.push_back(buffer(s, k) + (tiles[k].at - tiles[k].first));
+    step(tiles[k].at - state_offset, tiles[k].stop - tiles[k].at, state);
+    exec.fence();
+    for (std::size_t s = 0; s < names_.size(); ++s)
+      written = io_->write(s, tiles[k].first, tiles[k].last - tiles[k].first, buffer(s, k));
+  }
+  if (written > 0) io_->wait(written);  // the next update may read these blocks
 }
 
 Optimizer::HostState Optimizer::host_state(std::size_t i) const {
@@ -120,8 +143,8 @@ void Optimizer::copy_state(std::size_t i, float* out) const {
   }
   for (std::size_t at = 0; at < n_; at += tile_) {
     const std::size_t count = std::min(tile_, n_ - at);
-    file_->read(i, at, std::min(tile_, file_->padded() - at), tiles_[i].get());
-    std::copy_n(tiles_[i].get(), count, out + at);
+    file_->read(i, at, std::min(tile_, file_->padded() - at), tiles_[i * depth_].get());
+    std::copy_n(tiles_[i * depth_].get(), count, out + at);
   }
 }
 
@@ -132,9 +155,9 @@ void Optimizer::set_state(std::size_t i, const float* in) {
   }
   for (std::size_t at = 0; at < n_; at += tile_) {
     const std::size_t count = std::min(tile_, n_ - at);
-    std::fill_n(tiles_[i].get(), tile_, 0.0f);
-    std::copy_n(in + at, count, tiles_[i].get());
-    file_->write(i, at, std::min(tile_, file_->padded() - at), tiles_[i].get());
+    std::fill_n(tiles_[i * depth_].get(), tile_, 0.0f);
+    std::copy_n(in + at, count, tiles_[i * depth_].get());
+    file_->write(i, at, std::min(tile_, file_->padded() - at), tiles_[i * depth_].get());
   }
 }
 

@@ -15,6 +15,7 @@
 namespace tessera {
 
 class StateFile;
+class StateIo;
 
 class Optimizer {
  public:
@@ -77,8 +78,10 @@ class Optimizer {
   std::vector<std::string> names_;
   std::vector<Vector<float>> states_;  // in memory
   std::unique_ptr<StateFile> file_;    // offloaded
+  std::unique_ptr<StateIo> io_;        // its reads and writes, beside the updates
   std::size_t tile_ = 0;               // elements per state per tile
-  std::vector<std::unique_ptr<float, AlignedFree>> tiles_;  // one host tile per state
+  std::size_t depth_ = 1;              // tiles per state in the buffer: 3 with offload_overlap
+  std::vector<std::unique_ptr<float, AlignedFree>> tiles_;  // tile b of state s at s * depth_ + b
 };
 
 }  // namespace tessera

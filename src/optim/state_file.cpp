@@ -98,3 +98,74 @@ std::string StateFile::describe() const {
 static_assert(kBlockBytes == 4096, "O_DIRECT's alignment");
 
 }  // namespace tessera
+
+namespace tessera {
+
+struct StateIo::Request {
+  bool write = false;
+  std::size_t s = 0, begin = 0, count = 0;
+  float* data = nullptr;
+};
+
+StateIo::StateIo(StateFile& file) : file_(file), thread_([this] { run(); }) {}
+
+StateIo::~StateIo() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+std::uint64_t StateIo::queue(Request r) {
+  std::uint64_t ticket = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    requests_.push_back(r);
+    ticket = ++queued_;
+  }
+  changed_.notify_all();
+  return ticket;
+}
+
+std::uint64_t StateIo::read(std::size_t s, std::size_t begin, std::size_t count, float* out) {
+  return queue({false, s, begin, count, out});
+}
+
+std::uint64_t StateIo::write(std::size_t s, std::size_t begin, std::size_t count, const float* in) {
+  return queue({true, s, begin, count, const_cast<float*>(in)});
+}
+
+void StateIo::wait(std::uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return done_ >= ticket; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+void StateIo::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stopping_ || !requests_.empty(); });
+    if (requests_.empty()) return;  // stopping, nothing left
+    const Request r = requests_.front();
+    requests_.pop_front();
+    const bool failed = error_ != nullptr;
+    lock.unlock();
+    std::exception_ptr error;
+    if (!failed) {  // after a failure, drop the rest
+      try {
+        if (r.write) file_.write(r.s, r.begin, r.count, r.data);
+        else file_.read(r.s, r.begin, r.count, r.data);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    lock.lock();
+    if (error && !error_) error_ = error;
+    ++done_;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace tessera

@@ -9,8 +9,14 @@
 // the buffer holds), buffered I/O where it does not (tmpfs, overlay, some parallel file systems);
 // describe() says which. Every read and write covers whole blocks of kBlock elements (4 KiB,
 // O_DIRECT's alignment), and the host buffers are aligned to it.
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace tessera {
 
@@ -59,5 +65,41 @@ class StateFile {
 
 /// \brief The directory optimizer.offload_path names: the path itself, else $TMPDIR, else /tmp.
 std::string offload_dir(const std::string& offload_path);
+
+}  // namespace tessera
+
+namespace tessera {
+
+/// \brief One background thread doing a StateFile's reads and writes in the order they were
+/// queued, so that the optimizer reads the next tile and writes the last one while it updates
+/// this one. A request that fails stops the queue: every later one is dropped, and wait() on it or
+/// anything after rethrows the error (an InputError naming the file and the rank).
+class StateIo {
+ public:
+  explicit StateIo(StateFile& file);
+  ~StateIo();
+  StateIo(const StateIo&) = delete;
+  StateIo& operator=(const StateIo&) = delete;
+
+  /// Queue a read (or write) of whole blocks, as StateFile::read (write); returns its ticket.
+  std::uint64_t read(std::size_t s, std::size_t begin, std::size_t count, float* out);
+  std::uint64_t write(std::size_t s, std::size_t begin, std::size_t count, const float* in);
+  /// \brief Waits for the request `ticket` and every one before it; rethrows a failure.
+  void wait(std::uint64_t ticket);
+
+ private:
+  struct Request;
+  void run();
+  std::uint64_t queue(Request r);
+
+  StateFile& file_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Request> requests_;
+  std::uint64_t queued_ = 0, done_ = 0;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
 
 }  // namespace tessera

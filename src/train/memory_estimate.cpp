@@ -49,10 +49,12 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
   e.gradients = 4.0 * (zero >= 2 ? std::min(full + shard, shard + 2 * bucket) : zero == 1 ? full + shard : full);
   e.optimizer = 4.0 * states * (zero >= 1 ? shard : full);
   if (cfg.optimizer.offload == OptimizerOffload::disk && states > 0) {
-    // The state goes to disk; memory holds one tile of each state buffer (optim/optimizer.cpp).
-    const double block = 1024.0, tile = std::max(1.0, std::floor(cfg.optimizer.offload_buffer_mb * 1e6 / 4.0 / states / block)) * block;
-    e.offload_disk = 4.0 * states * std::ceil((zero >= 1 ? shard : full) / block) * block;
-    e.optimizer = std::min(e.optimizer, 4.0 * states * tile);
+    // The state goes to disk; memory holds `depth` tiles of each state buffer (optim/optimizer.cpp).
+    const double block = 1024.0, depth = cfg.optimizer.offload_overlap ? 3.0 : 1.0;
+    const double tile = std::max(1.0, std::floor(cfg.optimizer.offload_buffer_mb * 1e6 / 4.0 / states / depth / block)) * block;
+    const double padded = std::ceil((zero >= 1 ? shard : full) / block) * block;
+    e.offload_disk = 4.0 * states * padded;
+    e.optimizer = 4.0 * states * depth * std::max(block, std::min(tile, padded));
   }
   const bool accumulate = zero >= 1 && cfg.parallel.micro_batches > 1 && (zero >= 2 || !cfg.comm.no_sync);
   e.comm = accumulate ? 4.0 * shard : 0.0;

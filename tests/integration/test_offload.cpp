@@ -1,6 +1,6 @@
 // optimizer.offload = "disk": the optimizer state in a scratch file per rank, streamed through a
-// small buffer (0.05 MB here, so every update goes through several tiles and ZeRO's chunks start
-// mid-tile). The parameters and the state after every step are those of the in-memory run, bit for
+// small buffer (0.05 MB here: tiles of 4096 floats, so every update goes through many tiles, read
+// ahead and written behind by the I/O thread, and ZeRO's chunks start mid-tile). The parameters and the state after every step are those of the in-memory run, bit for
 // bit (`tessera diff --tolerance 0` on the checkpoints, the losses equal); checkpoints move between
 // offloaded and in-memory runs; a bad offload path stops the run before its first step; a write
 // failing mid-run stops every rank with the newest checkpoint intact and resumable.
@@ -60,6 +60,8 @@ TEST(Offload, DiskGivesTheBitsOfMemoryOnEveryLayout) {
                             mlp(adamw + " --set optimizer.clip_grad_norm=0.5 --set parallel.zero=1 "
                                         "--set parallel.micro_batches=2 --set comm.bucket_mb=0.005"));
   expect_disk_equals_memory("adamw_bf16", 2, mlp(adamw + " --set train.precision=bf16"));
+  // One tile at a time, no I/O beside the update.
+  expect_disk_equals_memory("adamw_no_overlap", 2, mlp(adamw + " --set optimizer.offload_overlap=false"));
 }
 
 TEST(Offload, GptGivesTheBitsOfMemory) {
@@ -107,13 +109,14 @@ TEST(Offload, AnUnusableOffloadPathStopsTheRunBeforeItsFirstStep) {
 TEST(Offload, AWriteFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
   const std::string whole = fresh_dir("fail_whole");
   ASSERT_EQ(tessera(2, train_args(whole)).exit_code, 0);
-  // SGD's one state of 52650 floats, tiles of 12288: 5 writes per step on each rank; the 75th is
-  // in step 15, after the checkpoint of step 10.
+  // SGD's one state of 52650 floats in one tile (a 1 MB buffer): one write per step on each rank;
+  // the 15th is in step 15, after the checkpoint of step 10.
+  const std::string one_tile = " --set optimizer.offload=disk --set optimizer.offload_buffer_mb=1";
   const std::string dir = fresh_dir("fail_write");
-  const RunResult r = shell("TESSERA_TEST_FAIL_OFFLOAD_WRITE=75 " + tessera_command(2, train_args(dir, disk)));
+  const RunResult r = shell("TESSERA_TEST_FAIL_OFFLOAD_WRITE=15 " + tessera_command(2, train_args(dir, one_tile)));
   expect_input_error(r, "on rank 1 failed: Input/output error (TESSERA_TEST_FAIL_OFFLOAD_WRITE)");
   EXPECT_EQ(read_file(dir + "/checkpoints/latest"), "step_00000010.h5\n");
-  const RunResult resumed = tessera(2, train_args(dir, disk + " --resume auto"));
+  const RunResult resumed = tessera(2, train_args(dir, one_tile + " --resume auto"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   expect_same_bits(ckpt(whole, 30), ckpt(dir, 30));
 }
