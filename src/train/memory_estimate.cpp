@@ -99,8 +99,15 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
 
 namespace {
 
-// What to change where a run needs more memory than it may have.
-std::string memory_hint(const Config& cfg, const MemoryEstimate& e) {
+// What to change where a run needs more memory than it may have (`room`: the bytes per rank it
+// may have). Where moving the optimizer state to disk alone would fit, that first.
+std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room) {
+  const double buffer = cfg.optimizer.offload_buffer_mb * 1e6;
+  if (cfg.optimizer.offload == OptimizerOffload::none && e.optimizer > buffer &&
+      e.total() - e.optimizer + buffer <= room)
+    return fmt::format("set optimizer.offload = \"disk\" (about {:.1f} MB per rank then; the {:.1f} MB of optimizer "
+                       "state per rank go to node-local disk under optimizer.offload_path)",
+                       (e.total() - e.optimizer + buffer) / 1e6, e.optimizer / 1e6);
   const bool acts = e.activations >= e.parameters + e.gradients + e.optimizer;
   if (acts && cfg.model.kind == ModelKind::unet)
     return "split each sample's fields over more ranks (parallel.spatial), or lower train.global_batch, eval.batch "
@@ -134,7 +141,7 @@ void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node)
         "run.memory_limit_mb = {}: the run needs about {:.1f} MB per rank (estimate: parameters {:.1f}, gradients "
         "{:.1f}, optimizer state {:.1f}, activations {:.1f}, input batch {:.1f} MB), more than the limit; {}",
         cfg.run.memory_limit_mb, e.total() / 1e6, e.parameters / 1e6, e.gradients / 1e6, e.optimizer / 1e6,
-        e.activations / 1e6, e.data / 1e6, memory_hint(cfg, e)));
+        e.activations / 1e6, e.data / 1e6, memory_hint(cfg, e, cfg.run.memory_limit_mb * 1e6)));
   const mem::NodeMemory node = mem::node_memory();
   const double need = e.total() * ranks_on_node;
   if (node.bytes <= 0 || need <= node.bytes) return;
@@ -142,7 +149,8 @@ void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node)
       "the run needs about {:.3g} GB per rank (estimate: parameters {:.3g}, gradients {:.3g}, optimizer "
       "state {:.3g}, activations {:.3g} GB), {:.3g} GB for the {} rank(s) on this node, more than its "
       "{:.3g} GB ({}); {}", e.total() / 1e9, e.parameters / 1e9, e.gradients / 1e9, e.optimizer / 1e9,
-      e.activations / 1e9, need / 1e9, ranks_on_node, node.bytes / 1e9, node.source, memory_hint(cfg, e)));
+      e.activations / 1e9, need / 1e9, ranks_on_node, node.bytes / 1e9, node.source,
+      memory_hint(cfg, e, node.bytes / ranks_on_node)));
 }
 
 }  // namespace tessera

@@ -106,6 +106,16 @@ TEST(Offload, AnUnusableOffloadPathStopsTheRunBeforeItsFirstStep) {
                      "optimizer.offload");
 }
 
+TEST(Offload, AMemoryRefusalNamesTheOffloadThatWouldFit) {
+  // AdamW's 0.42 MB of state puts the estimate (1.7 MB) over a 1.5 MB limit; on disk it is 1.3 MB.
+  const std::string deck = fmt::format("check {} --set data.path={} --set optimizer.kind=adamw --set run.memory_limit_mb=1.5 "
+                                       "--set optimizer.offload_buffer_mb=0.05", test_deck(), fashion_mnist());
+  expect_input_error(tessera(1, deck), "more than the limit; set optimizer.offload = \"disk\" (about 1.3 MB per rank then");
+  const RunResult fits = tessera(1, deck + " --set optimizer.offload=disk");
+  EXPECT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_NE(fits.output.find("optimizer state on disk per rank"), std::string::npos) << fits.output;
+}
+
 TEST(Offload, AWriteFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
   const std::string whole = fresh_dir("fail_whole");
   ASSERT_EQ(tessera(2, train_args(whole)).exit_code, 0);
