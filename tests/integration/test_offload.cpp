@@ -64,7 +64,7 @@ TEST(Offload, DiskGivesTheBitsOfMemoryOnEveryLayout) {
   expect_disk_equals_memory("adamw_no_overlap", 2, mlp(adamw + " --set optimizer.offload_overlap=false"));
 }
 
-TEST(Offload, GptGivesTheBitsOfMemory) {
+TEST(Offload, GptAndUnetGiveTheBitsOfMemory) {
   const std::string dir = fresh_dir("corpus");
   const std::string src = TESSERA_SOURCE_DIR, corpus = dir + "/docs.h5";
   const RunResult p = tessera(1, fmt::format("prepare text --out {} {}/README.md {}/docs/design.md", corpus, src, src));
@@ -75,6 +75,14 @@ TEST(Offload, GptGivesTheBitsOfMemory) {
                   "--set train.precision=bf16 --set parallel.zero=3 --set train.steps=30 "
                   "--set checkpoint.every_steps=10 --set checkpoint.keep=0 {{}}",
                   src, corpus));
+  // The U-Net on 32 x 32 Darcy fields, split over 2 spatial ranks, AdamW at ZeRO 1.
+  const std::string darcy = dir + "/darcy32.h5";
+  const RunResult d = tessera(2, "prepare darcy --out " + darcy + " --size 32 --train 48 --test 16 --seed 3");
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  expect_disk_equals_memory("unet_spatial_zero1", 2,
+                            mlp(adamw + " --set data.path=" + darcy +
+                                " --set model.kind=unet --set model.channels=[4,8] --set train.global_batch=8"
+                                " --set eval.batch=8 --set parallel.spatial=2 --set parallel.zero=1"));
 }
 
 TEST(Offload, CheckpointsMoveBetweenDiskAndMemory) {
