@@ -58,6 +58,12 @@ std::optional<long> fail_offload_write() {
   return std::atol(text);
 }
 
+std::optional<long> kill_in_offload_write() {
+  const char* text = value_of("TESSERA_TEST_KILL_IN_OFFLOAD_WRITE");
+  if (text == nullptr) return std::nullopt;
+  return std::atol(text);
+}
+
 std::optional<long long> perturb_replica() {
   const char* text = value_of("TESSERA_TEST_PERTURB_REPLICA");
   if (text == nullptr) return std::nullopt;

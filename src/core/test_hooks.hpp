@@ -31,6 +31,9 @@
 //   TESSERA_TEST_FAIL_OFFLOAD_WRITE=K
 //       world rank 1 fails the K-th write to its optimizer.offload file (EIO) (optim/state_file.cpp).
 //       integration/test_offload.
+//   TESSERA_TEST_KILL_IN_OFFLOAD_WRITE=K
+//       world rank 1 raises SIGKILL at the K-th write to its optimizer.offload file, in the middle
+//       of an update (optim/state_file.cpp). integration/test_offload.
 //   TESSERA_TEST_PERTURB_REPLICA=STEP
 //       replica rank 1 of each replica group adds 1e-3 to its first parameter value just before
 //       the replica check after STEP (train/replica_check.cpp). integration/test_training.
@@ -73,6 +76,10 @@ std::optional<long> fail_in_read();
 /// \brief K of TESSERA_TEST_FAIL_OFFLOAD_WRITE=K (std::atol of the value), the write to the
 /// optimizer.offload file of world rank 1 that fails; nullopt where unset.
 std::optional<long> fail_offload_write();
+
+/// \brief K of TESSERA_TEST_KILL_IN_OFFLOAD_WRITE=K (std::atol of the value), the write to the
+/// optimizer.offload file at which world rank 1 kills itself; nullopt where unset.
+std::optional<long> kill_in_offload_write();
 
 /// \brief STEP of TESSERA_TEST_PERTURB_REPLICA=STEP (std::atoll of the value), the step after
 /// which replica rank 1 perturbs its parameters; nullopt where unset.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 
@@ -71,8 +72,10 @@ void StateFile::read(std::size_t s, std::size_t begin, std::size_t count, float*
 }
 
 void StateFile::write(std::size_t s, std::size_t begin, std::size_t count, const float* in) {
-  // Test hook (core/test_hooks.hpp): world rank 1's K-th write fails as a failing disk's would.
+  // Test hooks (core/test_hooks.hpp): world rank 1's K-th write fails as a failing disk's would,
+  // or the rank dies there, mid-update.
   ++writes_;
+  if (rank_ == 1 && test_hooks::kill_in_offload_write() == writes_) ::raise(SIGKILL);
   if (rank_ == 1 && test_hooks::fail_offload_write() == writes_)
     throw InputError(fmt::format("optimizer.offload: writing {} on rank {} failed: {} (TESSERA_TEST_FAIL_OFFLOAD_WRITE)",
                                  path_, rank_, std::strerror(EIO)));

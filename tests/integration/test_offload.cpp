@@ -1,5 +1,5 @@
 // optimizer.offload = "disk": the optimizer state in a scratch file per rank, streamed through a
-// small buffer (0.05 MB here: tiles of 4096 floats, so every update goes through many tiles, read
+// small buffer (0.05 MB here: tiles of 2048 or 4096 floats, so every update goes through many tiles, read
 // ahead and written behind by the I/O thread, and ZeRO's chunks start mid-tile). The parameters and the state after every step are those of the in-memory run, bit for
 // bit (`tessera diff --tolerance 0` on the checkpoints, the losses equal); checkpoints move between
 // offloaded and in-memory runs; a bad offload path stops the run before its first step; a write
@@ -60,6 +60,12 @@ TEST(Offload, DiskGivesTheBitsOfMemoryOnEveryLayout) {
                             mlp(adamw + " --set optimizer.clip_grad_norm=0.5 --set parallel.zero=1 "
                                         "--set parallel.micro_batches=2 --set comm.bucket_mb=0.005"));
   expect_disk_equals_memory("adamw_bf16", 2, mlp(adamw + " --set train.precision=bf16"));
+  // Tensor and pipeline stages (each rank offloads its block's state), fp16's loss scale, and
+  // checkpoints written in the background (their staging reads the state from the file).
+  expect_disk_equals_memory("adamw_tp2", 2, mlp(adamw + " --set parallel.tensor=2"));
+  expect_disk_equals_memory("sgd_pp2_async", 2,
+                            mlp("--set parallel.pipeline=2 --set parallel.micro_batches=2 --set checkpoint.async=true"));
+  expect_disk_equals_memory("adamw_fp16", 2, mlp(adamw + " --set train.precision=fp16"));
   // One tile at a time, no I/O beside the update.
   expect_disk_equals_memory("adamw_no_overlap", 2, mlp(adamw + " --set optimizer.offload_overlap=false"));
 }
@@ -135,6 +141,21 @@ TEST(Offload, AWriteFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
   expect_input_error(r, "on rank 1 failed: Input/output error (TESSERA_TEST_FAIL_OFFLOAD_WRITE)");
   EXPECT_EQ(read_file(dir + "/checkpoints/latest"), "step_00000010.h5\n");
   const RunResult resumed = tessera(2, train_args(dir, one_tile + " --resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  expect_same_bits(ckpt(whole, 30), ckpt(dir, 30));
+}
+
+TEST(Offload, ARankKilledInTheMiddleOfAnUpdateResumesToTheUninterruptedBits) {
+  const std::string whole = fresh_dir("kill_whole");
+  ASSERT_EQ(tessera(2, train_args(whole, adamw)).exit_code, 0);
+  // AdamW's two states of 53248 floats (padded) in tiles of 2048 (a 0.05 MB buffer holds 3 of each):
+  // 52 writes per step on each rank; the 806th is half-way through step 16's update (after the
+  // checkpoint of step 10).
+  const std::string dir = fresh_dir("kill_update");
+  const RunResult r = shell("TESSERA_TEST_KILL_IN_OFFLOAD_WRITE=806 " + tessera_command(2, train_args(dir, adamw + disk)));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_file(dir + "/checkpoints/latest"), "step_00000010.h5\n");
+  const RunResult resumed = tessera(2, train_args(dir, adamw + disk + " --resume auto"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   expect_same_bits(ckpt(whole, 30), ckpt(dir, 30));
 }
