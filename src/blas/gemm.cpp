@@ -41,21 +41,11 @@ void gemm_dispatch(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
 #endif
 }
 
-Precision process_precision = Precision::fp32;
-
 }  // namespace
-
-void set_matmul_precision(Precision p) { process_precision = p; }
-Precision matmul_precision() { return process_precision; }
-
-void gemm_fp32(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
-               int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  gemm_dispatch(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-}
 
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
           int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  matmul(exec, process_precision, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_dispatch(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void matmul(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,

@@ -15,8 +15,8 @@ namespace tessera::blas {
 /// \param lda, ldb, ldc row strides (elements) of the stored A, B, C: lda >= (ta == N ? k : m).
 /// Pointers live in MemSpace memory. beta == 0 overwrites C (NaNs in C are not propagated).
 /// The product is enqueued on exec (cuBLAS: exec's stream); host BLAS returns when it is done.
-/// The float gemm computes in the process's precision (set_matmul_precision below; fp32 by
-/// default): matmul(exec, matmul_precision(), ...).
+/// The float gemm computes in fp32; a layer's products go through matmul below, in the precision
+/// the layer was built with.
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
           int lda, const float* B, int ldb, float beta, float* C, int ldc);
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, double alpha,
@@ -107,28 +107,6 @@ void matmul(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int 
 void matmul_batched(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,
                     const std::uint16_t* A, int lda, const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc,
                     const Batch& batch);
-
-/// \brief The precision of every float gemm(exec, ta, ...) in this process from now on
-/// (train.precision; fp32 by default): the float gemm is matmul(exec, matmul_precision(), ...).
-/// Double GEMMs, gemm(exec, p, ...) and matmul are not affected.
-void set_matmul_precision(Precision p);
-Precision matmul_precision();
-
-/// bf16_operands(matmul_precision()).
-bool bf16_operands();
-
-/// The products above on Operands in the process's precision: matmul(exec, matmul_precision(),
-/// ...) and matmul_batched(exec, matmul_precision(), ...).
-void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
-          const Operand& B, float beta, float* C, int ldc);
-void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
-          const Operand& B, std::uint16_t* C, int ldc, const float* bias = nullptr);
-void gemm_batched(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A,
-                  int lda, const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc, const Batch& batch);
-
-/// \brief A float GEMM in fp32 whatever set_matmul_precision() says.
-void gemm_fp32(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
-               int lda, const float* B, int ldb, float beta, float* C, int ldc);
 
 /// \brief Threads OpenBLAS and oneDNN use for host GEMM (n >= 1). Set it so that ranks x threads
 /// does not exceed the cores of a node.

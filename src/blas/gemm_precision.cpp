@@ -183,7 +183,7 @@ void packed_product(const ExecSpace& exec, Scratch<Out>& sa, Scratch<Out>& sb, c
 void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   if (p == Precision::fp32) {
-    gemm_fp32(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);
@@ -368,23 +368,6 @@ const char* lowp_path(Precision p) {
 void gemm(Precision p, Op ta, Op tb, int m, int n, int k, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {
   gemm(ExecSpace(), p, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-bool bf16_operands() { return bf16_operands(matmul_precision()); }
-
-void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
-          const Operand& B, float beta, float* C, int ldc) {
-  matmul(exec, matmul_precision(), ta, tb, m, n, k, alpha, A, B, beta, C, ldc);
-}
-
-void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
-          const Operand& B, std::uint16_t* C, int ldc, const float* bias) {
-  matmul(exec, matmul_precision(), ta, tb, m, n, k, alpha, A, B, C, ldc, bias);
-}
-
-void gemm_batched(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A,
-                  int lda, const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc, const Batch& batch) {
-  matmul_batched(exec, matmul_precision(), ta, tb, m, n, k, alpha, A, lda, B, ldb, C, ldc, batch);
 }
 
 }  // namespace tessera::blas
