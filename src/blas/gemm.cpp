@@ -41,21 +41,15 @@ void gemm_dispatch(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
 #endif
 }
 
-Precision process_precision = Precision::fp32;
-
 }  // namespace
-
-void set_matmul_precision(Precision p) { process_precision = p; }
-Precision matmul_precision() { return process_precision; }
-
-void gemm_fp32(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
-               int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  gemm_dispatch(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-}
 
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
           int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  const Precision p = process_precision;
+  gemm_dispatch(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void matmul(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,
+            const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   if (p == Precision::fp32) {
     gemm_dispatch(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
@@ -63,6 +57,11 @@ void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha,
   gemm(exec, p, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
   // The product is stored in p: round C (rows of n at stride ldc).
   kernels::round_rows(exec, p, C, m, n, ldc);
+}
+
+void matmul(const ExecSpace& exec, Precision /*p: float layers only*/, Op ta, Op tb, int m, int n, int k,
+            double alpha, const double* A, int lda, const double* B, int ldb, double beta, double* C, int ldc) {
+  gemm_dispatch(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, double alpha,

@@ -136,11 +136,12 @@ std::unique_lock<std::mutex> locked_state() {
 }
 
 /// The checks of the Operand products: exactly one pointer per operand, and a bf16 GEMM to take them.
-void check_operands(const Operand& A, const Operand& B) {
+void check_operands(Precision p, const Operand& A, const Operand& B) {
   if ((A.f32 == nullptr) == (A.bf16 == nullptr) || (B.f32 == nullptr) == (B.bf16 == nullptr))
-    throw std::invalid_argument("tessera::blas::gemm: an Operand needs exactly one of f32 and bf16");
-  if (!bf16_operands())
-    throw std::logic_error("tessera::blas::gemm: bf16 operands without a bf16 GEMM (blas::bf16_operands())");
+    throw std::invalid_argument("tessera::blas::matmul: an Operand needs exactly one of f32 and bf16");
+  if (!bf16_operands(p))
+    throw std::logic_error(std::string("tessera::blas::matmul: bf16 operands of a ") + precision_name(p) +
+                           " product without a bf16 GEMM (blas::bf16_operands)");
 }
 
 #if !defined(TESSERA_GEMM_CUBLAS)
@@ -182,7 +183,7 @@ void packed_product(const ExecSpace& exec, Scratch<Out>& sa, Scratch<Out>& sb, c
 void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   if (p == Precision::fp32) {
-    gemm_fp32(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);
@@ -227,21 +228,22 @@ void gemm(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k,
 #endif
 }
 
-bool bf16_operands() {
+bool bf16_operands(Precision p) {
 #if defined(TESSERA_GEMM_CUBLAS)
+  (void)p;
   return false;
 #else
   // Test hook (core/test_hooks.hpp): pack_bf16 keeps every operand fp32, packed at each product
   // (the path before bf16 operands), so a test can compare the bits of both.
-  return !test_hooks::pack_bf16() && matmul_precision() == Precision::bf16 && bf16_gemm() != nullptr;
+  return !test_hooks::pack_bf16() && p == Precision::bf16 && bf16_gemm() != nullptr;
 #endif
 }
 
-void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
-          const Operand& B, float beta, float* C, int ldc) {
-  check_operands(A, B);
+void matmul(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,
+            const Operand& A, const Operand& B, float beta, float* C, int ldc) {
+  check_operands(p, A, B);
   if (A.bf16 == nullptr && B.bf16 == nullptr) {
-    gemm(exec, ta, tb, m, n, k, alpha, A.f32, A.ld, B.f32, B.ld, beta, C, ldc);
+    matmul(exec, p, ta, tb, m, n, k, alpha, A.f32, A.ld, B.f32, B.ld, beta, C, ldc);
     return;
   }
 #if !defined(TESSERA_GEMM_CUBLAS)
@@ -256,14 +258,14 @@ void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha,
     exec.fence();  // the producers of bf16 operands and the packing are done: the host BLAS reads
     bf16_gemm()(ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, C, ldc);
   }
-  kernels::round_rows(exec, Precision::bf16, C, m, n, ldc);  // stored in bf16, as the float gemm's C
+  kernels::round_rows(exec, Precision::bf16, C, m, n, ldc);  // stored in bf16, as matmul's C
 #endif
 }
 
 #if !defined(TESSERA_GEMM_CUBLAS)
 namespace {
 
-/// The products of gemm_batched on bf16 operands the host library can read now; called with
+/// The products of matmul_batched on bf16 operands the host library can read now; called with
 /// s.mutex held. oneDNN: one primitive for the batch; another bf16 GEMM: each item into fp32
 /// scratch, rounded into C.
 void batched_bf16_out(const ExecSpace& exec, State& s, Op ta, Op tb, int m, int n, int k, float alpha,
@@ -289,13 +291,15 @@ void batched_bf16_out(const ExecSpace& exec, State& s, Op ta, Op tb, int m, int 
 }  // namespace
 #endif
 
-void gemm_batched(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const std::uint16_t* A,
-                  int lda, const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc, const Batch& batch) {
-  if (!bf16_operands())
-    throw std::logic_error("tessera::blas::gemm_batched: bf16 operands without a bf16 GEMM (blas::bf16_operands())");
+void matmul_batched(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,
+                    const std::uint16_t* A, int lda, const std::uint16_t* B, int ldb, std::uint16_t* C, int ldc,
+                    const Batch& batch) {
+  if (!bf16_operands(p))
+    throw std::logic_error(std::string("tessera::blas::matmul_batched: bf16 operands of a ") + precision_name(p) +
+                           " product without a bf16 GEMM (blas::bf16_operands)");
   cblas::check_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (batch.outer < 0 || batch.inner < 0)
-    throw std::invalid_argument("tessera::blas::gemm_batched: batch counts " + std::to_string(batch.outer) + " x " +
+    throw std::invalid_argument("tessera::blas::matmul_batched: batch counts " + std::to_string(batch.outer) + " x " +
                                 std::to_string(batch.inner));
 #if !defined(TESSERA_GEMM_CUBLAS)
   exec.fence();  // the operands' producers are done: the host library reads them
@@ -304,12 +308,12 @@ void gemm_batched(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, floa
 #endif
 }
 
-void gemm(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, float alpha, const Operand& A,
-          const Operand& B, std::uint16_t* C, int ldc, const float* bias) {
-  check_operands(A, B);
+void matmul(const ExecSpace& exec, Precision p, Op ta, Op tb, int m, int n, int k, float alpha,
+            const Operand& A, const Operand& B, std::uint16_t* C, int ldc, const float* bias) {
+  check_operands(p, A, B);
   cblas::check_args(ta, tb, m, n, k, A.ld, B.ld, ldc);
   if (bias != nullptr && alpha != 1.0f)
-    throw std::invalid_argument("tessera::blas::gemm: a bias with alpha = " + std::to_string(alpha) +
+    throw std::invalid_argument("tessera::blas::matmul: a bias with alpha = " + std::to_string(alpha) +
                                 " (only alpha = 1)");
 #if !defined(TESSERA_GEMM_CUBLAS)
   if (m == 0 || n == 0) return;

@@ -128,7 +128,6 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
   const Communicator comm(MPI_COMM_WORLD, grid_shape(cfg), cfg.comm, kBuffers);
   set_blas_threads(cfg, comm);
   blas::set_gemm_library(cfg.run.gemm);
-  blas::set_matmul_precision(cfg.train.precision);
   return watched(cfg, comm, [&] {
     std::unique_ptr<io::Split> split;
     {

@@ -82,6 +82,8 @@ int generate(const GenerateArgs& args) {
   ModelShape shape;
   shape.in_features = cfg.model.context;
   shape.outputs = vocab;
+  // Generation multiplies in fp32 whatever train.precision the deck trained with.
+  cfg.train.precision = Precision::fp32;
   Model model(cfg, shape, 1);
   Checkpointer(cfg, comm).load_model(args.checkpoint, model);
   auto& gpt = dynamic_cast<nn::Gpt<float>&>(model.network());

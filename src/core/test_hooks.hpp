@@ -9,7 +9,7 @@
 // Every hook: the variable and its value; what it does, and where; the tests that set it.
 //   TESSERA_TEST_PACK_BF16=<anything>
 //       bf16 matmuls keep their operands fp32, converted at each product (the path before bf16
-//       operands): blas::bf16_operands() is false. integration/test_training, test_gpt_runs,
+//       operands): blas::bf16_operands(p) is false. integration/test_training, test_gpt_runs,
 //       bench/gpt_bf16_ab.sh (A/B of the two paths).
 //   TESSERA_TEST_FAIL_IN_CHECKPOINT=<steps>
 //       rank 1 (rank 0 when alone) fails its write of those steps' checkpoints, the others write

@@ -54,9 +54,10 @@ int causal_block(int seq) { return seq >= 64 ? 32 : seq; }
 
 namespace {
 
-/// attention_forward on q, k and v from src.
+/// attention_forward on q, k and v from src, its products in `precision`.
 template <class T, class Src>
-void forward_from(const ExecSpace& exec, const Src& src, const MatrixU<T>& y, const AttentionScores<T>& att) {
+void forward_from(const ExecSpace& exec, Precision precision, const Src& src, const MatrixU<T>& y,
+                  const AttentionScores<T>& att) {
   const Dims d = src.d;
   const int lq = src.ld(), seq = int(d.seq), hd = int(d.hd), bs = causal_block(seq);
   const T scale = T(1) / math::sqrt(T(d.hd));
@@ -67,8 +68,8 @@ void forward_from(const ExecSpace& exec, const Src& src, const MatrixU<T>& y, co
       T* s = att.data() + (b * d.heads + h) * d.seq * d.seq;
       for (int r0 = 0; r0 < seq; r0 += bs) {  // S = scale Q K^T, rows [r0, r1) against keys [0, r1)
         const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        blas::gemm(exec, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, scale, q + r0 * lq, lq, k, lq, T(0), s + r0 * seq,
-                seq);
+        blas::matmul(exec, precision, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, scale, q + r0 * lq, lq, k, lq,
+                     T(0), s + r0 * seq, seq);
       }
     }
   // Causal softmax of every row in place; zero above the diagonal.
@@ -101,16 +102,17 @@ void forward_from(const ExecSpace& exec, const Src& src, const MatrixU<T>& y, co
       T* yb = y.data() + b * d.seq * ldy + h * d.hd;
       for (int r0 = 0; r0 < seq; r0 += bs) {  // Y = P V: rows [r0, r1) of P are zero from column r1 on
         const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        blas::gemm(exec, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, T(1), p + r0 * seq, seq, v, lq, T(0),
-                yb + r0 * ldy, ldy);
+        blas::matmul(exec, precision, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, T(1), p + r0 * seq, seq, v, lq,
+                     T(0), yb + r0 * ldy, ldy);
       }
     }
 }
 
-/// attention_backward on q, k and v from src; dqkv is the fused (B*T, 3C) matrix.
+/// attention_backward on q, k and v from src, its products in `precision`; dqkv is the fused
+/// (B*T, 3C) matrix.
 template <class T, class Src>
-void backward_from(const ExecSpace& exec, const Src& src, const AttentionScores<T>& att, const MatrixU<const T>& dy,
-                   const MatrixU<T>& dqkv, const AttentionScores<T>& dscores) {
+void backward_from(const ExecSpace& exec, Precision precision, const Src& src, const AttentionScores<T>& att,
+                   const MatrixU<const T>& dy, const MatrixU<T>& dqkv, const AttentionScores<T>& dscores) {
   const Dims d = src.d;
   const int ld = int(3 * d.channels), lq = src.ld(), seq = int(d.seq), hd = int(d.hd), ldy = int(dy.stride_0()),
             bs = causal_block(seq);
@@ -126,13 +128,13 @@ void backward_from(const ExecSpace& exec, const Src& src, const AttentionScores<
       T* dv = dqkv.data() + off + 2 * d.channels;
       for (int r0 = 0; r0 < seq; r0 += bs) {  // dP = dY V^T, where P is not masked
         const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        blas::gemm(exec, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, T(1), dyb + r0 * ldy, ldy, v, lq, T(0),
-                dp + r0 * seq, seq);
+        blas::matmul(exec, precision, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, T(1), dyb + r0 * ldy, ldy, v, lq,
+                     T(0), dp + r0 * seq, seq);
       }
       for (int c0 = 0; c0 < seq; c0 += bs) {  // dV = P^T dY: keys [c0, c1) are seen by queries [c0, T)
         const int c1 = c0 + bs < seq ? c0 + bs : seq;
-        blas::gemm(exec, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, T(1), p + c0 * seq + c0, seq,
-                   dyb + c0 * ldy, ldy, T(0), dv + c0 * ld, ld);
+        blas::matmul(exec, precision, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, T(1), p + c0 * seq + c0,
+                     seq, dyb + c0 * ldy, ldy, T(0), dv + c0 * ld, ld);
       }
     }
   // dS = P (dP - rowsum(P dP)), in place of dP; zero above the diagonal.
@@ -163,13 +165,13 @@ void backward_from(const ExecSpace& exec, const Src& src, const AttentionScores<
       T* dk = dq + d.channels;
       for (int r0 = 0; r0 < seq; r0 += bs) {  // dQ = scale dS K
         const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        blas::gemm(exec, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, scale, ds + r0 * seq, seq, k, lq, T(0),
-                dq + r0 * ld, ld);
+        blas::matmul(exec, precision, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, scale, ds + r0 * seq, seq, k, lq,
+                     T(0), dq + r0 * ld, ld);
       }
       for (int c0 = 0; c0 < seq; c0 += bs) {  // dK = scale dS^T Q
         const int c1 = c0 + bs < seq ? c0 + bs : seq;
-        blas::gemm(exec, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, scale, ds + c0 * seq + c0, seq, q + c0 * lq,
-                lq, T(0), dk + c0 * ld, ld);
+        blas::matmul(exec, precision, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, scale, ds + c0 * seq + c0,
+                     seq, q + c0 * lq, lq, T(0), dk + c0 * ld, ld);
       }
     }
 }
@@ -177,16 +179,16 @@ void backward_from(const ExecSpace& exec, const Src& src, const AttentionScores<
 }  // namespace
 
 template <class T>
-void attention_forward(const ExecSpace& exec, const MatrixU<const T>& qkv, const MatrixU<T>& y,
+void attention_forward(const ExecSpace& exec, Precision p, const MatrixU<const T>& qkv, const MatrixU<T>& y,
                        const AttentionScores<T>& att) {
-  forward_from(exec, FusedQkv<T>{qkv.data(), dims_of(qkv, att)}, y, att);
+  forward_from(exec, p, FusedQkv<T>{qkv.data(), dims_of(qkv, att)}, y, att);
 }
 
 template <class T>
-void attention_backward(const ExecSpace& exec, const MatrixU<const T>& qkv,
+void attention_backward(const ExecSpace& exec, Precision p, const MatrixU<const T>& qkv,
                         const AttentionScores<T>& att, const MatrixU<const T>& dy,
                         const MatrixU<T>& dqkv, const AttentionScores<T>& dscores) {
-  backward_from(exec, FusedQkv<T>{qkv.data(), dims_of(qkv, att)}, att, dy, dqkv, dscores);
+  backward_from(exec, p, FusedQkv<T>{qkv.data(), dims_of(qkv, att)}, att, dy, dqkv, dscores);
 }
 
 namespace {
@@ -320,8 +322,9 @@ void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, c
   std::uint16_t* s = att16.data();
   for (int r0 = 0; r0 < seq; r0 += bs) {  // S = scale Q K^T, rows [r0, r1) against keys [0, r1)
     const int r1 = r0 + bs < seq ? r0 + bs : seq;
-    blas::gemm_batched(exec, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, scale, qkv16 + l.part(0) + r0 * hd, hd,
-                       qkv16 + l.part(1), hd, s + r0 * seq, seq, l.batch(l.heads(), l.heads(), l.scores()));
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, scale,
+                         qkv16 + l.part(0) + r0 * hd, hd, qkv16 + l.part(1), hd, s + r0 * seq, seq,
+                         l.batch(l.heads(), l.heads(), l.scores()));
   }
   // Causal softmax of every row in place, fp32 arithmetic on the bf16 scores; zero above the
   // diagonal; each probability rounded to bf16 once. A row's exponentials are kept in fp32 on
@@ -355,8 +358,8 @@ void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, c
       });
   for (int r0 = 0; r0 < seq; r0 += bs) {  // Y = P V: rows [r0, r1) of P are zero from column r1 on
     const int r1 = r0 + bs < seq ? r0 + bs : seq;
-    blas::gemm_batched(exec, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, 1.0f, s + r0 * seq, seq, qkv16 + l.part(2),
-                       hd, y16.data() + r0 * ldy, ldy, l.batch(l.scores(), l.heads(), l.rows_y()));
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, 1.0f, s + r0 * seq, seq,
+                         qkv16 + l.part(2), hd, y16.data() + r0 * ldy, ldy, l.batch(l.scores(), l.heads(), l.rows_y()));
   }
 }
 
@@ -376,13 +379,14 @@ void attention_backward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16,
   std::uint16_t* dq = dqkv16.data();
   for (int r0 = 0; r0 < seq; r0 += bs) {  // dP = dY V^T, where P is not masked
     const int r1 = r0 + bs < seq ? r0 + bs : seq;
-    blas::gemm_batched(exec, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, 1.0f, dy + r0 * ldy, ldy, qkv16 + l.part(2),
-                       hd, ds + r0 * seq, seq, l.batch(l.rows_y(), l.heads(), l.scores()));
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, 1.0f, dy + r0 * ldy, ldy,
+                         qkv16 + l.part(2), hd, ds + r0 * seq, seq, l.batch(l.rows_y(), l.heads(), l.scores()));
   }
   for (int c0 = 0; c0 < seq; c0 += bs) {  // dV = P^T dY: keys [c0, c1) are seen by queries [c0, T)
     const int c1 = c0 + bs < seq ? c0 + bs : seq;
-    blas::gemm_batched(exec, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, 1.0f, p + c0 * seq + c0, seq,
-                       dy + c0 * ldy, ldy, dq + 2 * C + c0 * ldq, ldq, l.batch(l.scores(), l.rows_y(), l.rows_q()));
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, 1.0f,
+                         p + c0 * seq + c0, seq, dy + c0 * ldy, ldy, dq + 2 * C + c0 * ldq, ldq,
+                         l.batch(l.scores(), l.rows_y(), l.rows_q()));
   }
   // dS = P (dP - rowsum(P dP)) in place of dP, fp32 arithmetic; zero above the diagonal.
   const Index rows = l.d.batch * l.d.heads * l.d.seq, n = l.d.seq;
@@ -401,25 +405,25 @@ void attention_backward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16,
       });
   for (int r0 = 0; r0 < seq; r0 += bs) {  // dQ = scale dS K
     const int r1 = r0 + bs < seq ? r0 + bs : seq;
-    blas::gemm_batched(exec, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, scale, ds + r0 * seq, seq, qkv16 + l.part(1),
-                       hd, dq + r0 * ldq, ldq, l.batch(l.scores(), l.heads(), l.rows_q()));
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, scale, ds + r0 * seq,
+                         seq, qkv16 + l.part(1), hd, dq + r0 * ldq, ldq, l.batch(l.scores(), l.heads(), l.rows_q()));
   }
   for (int c0 = 0; c0 < seq; c0 += bs) {  // dK = scale dS^T Q
     const int c1 = c0 + bs < seq ? c0 + bs : seq;
-    blas::gemm_batched(exec, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, scale, ds + c0 * seq + c0, seq,
-                       qkv16 + l.part(0) + c0 * hd, hd, dq + C + c0 * ldq, ldq,
-                       l.batch(l.scores(), l.heads(), l.rows_q()));
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, scale,
+                         ds + c0 * seq + c0, seq, qkv16 + l.part(0) + c0 * hd, hd, dq + C + c0 * ldq, ldq,
+                         l.batch(l.scores(), l.heads(), l.rows_q()));
   }
 }
 
-template void attention_forward<float>(const ExecSpace&, const MatrixU<const float>&, const MatrixU<float>&,
-                                       const AttentionScores<float>&);
-template void attention_forward<double>(const ExecSpace&, const MatrixU<const double>&, const MatrixU<double>&,
-                                        const AttentionScores<double>&);
-template void attention_backward<float>(const ExecSpace&, const MatrixU<const float>&, const AttentionScores<float>&,
-                                        const MatrixU<const float>&, const MatrixU<float>&,
-                                        const AttentionScores<float>&);
-template void attention_backward<double>(const ExecSpace&, const MatrixU<const double>&,
+template void attention_forward<float>(const ExecSpace&, Precision, const MatrixU<const float>&,
+                                       const MatrixU<float>&, const AttentionScores<float>&);
+template void attention_forward<double>(const ExecSpace&, Precision, const MatrixU<const double>&,
+                                        const MatrixU<double>&, const AttentionScores<double>&);
+template void attention_backward<float>(const ExecSpace&, Precision, const MatrixU<const float>&,
+                                        const AttentionScores<float>&, const MatrixU<const float>&,
+                                        const MatrixU<float>&, const AttentionScores<float>&);
+template void attention_backward<double>(const ExecSpace&, Precision, const MatrixU<const double>&,
                                          const AttentionScores<double>&, const MatrixU<const double>&,
                                          const MatrixU<double>&, const AttentionScores<double>&);
 

@@ -8,6 +8,7 @@
 // attention runs in bf16 buffers, one batched product per block over all samples and heads.
 #include <cstdint>
 
+#include "core/precision.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera::nn {
@@ -29,20 +30,20 @@ using AttentionScores =
     Kokkos::View<T****, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 /// \brief y (B*T, C) from qkv (B*T, 3C); att (B, heads, T, T) gets the probabilities (zero above
-/// the diagonal).
+/// the diagonal). Every product in precision p (blas::matmul: the model's train.precision).
 template <class T>
-void attention_forward(const ExecSpace& exec, const MatrixU<const T>& qkv, const MatrixU<T>& y,
+void attention_forward(const ExecSpace& exec, Precision p, const MatrixU<const T>& qkv, const MatrixU<T>& y,
                        const AttentionScores<T>& att);
 
 /// \brief dqkv (B*T, 3C) (overwritten) from dy (B*T, C), with qkv and att of the forward;
-/// dscores (B, heads, T, T) is scratch.
+/// dscores (B, heads, T, T) is scratch. Every product in precision p, as the forward's.
 template <class T>
-void attention_backward(const ExecSpace& exec, const MatrixU<const T>& qkv,
+void attention_backward(const ExecSpace& exec, Precision p, const MatrixU<const T>& qkv,
                         const AttentionScores<T>& att, const MatrixU<const T>& dy,
                         const MatrixU<T>& dqkv, const AttentionScores<T>& dscores);
 
 /// \brief qkv (B*T, 3C, fp32) in bf16 for the products of the attention under bf16 operands
-/// (blas::bf16_operands()): out (B*T*3C) gets to_bf16_bits of every element, head by head: sample
+/// (blas::bf16_operands(Precision::bf16)): out (B*T*3C) gets to_bf16_bits of every element, head by head: sample
 /// b's q (p = 0), k (1) or v (2) of head h is the T x hd block at ((b*3 + p)*heads + h)*T*hd,
 /// rows of hd, laid out as the products' packed copies of the fused matrix's slices were (so
 /// the same products, the same bits).
@@ -52,10 +53,11 @@ void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const float>& qkv, int hea
 void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const std::uint16_t>& qkv, int heads, int seq,
                  std::uint16_t* out);
 
-/// \brief The attention under bf16 operands (blas::bf16_operands()), bf16 from end to end: q, k
-/// and v from qkv_to_bf16's head blocks, y16 (B*T, C) and att16 (B, heads, T, T: the
-/// probabilities, zero above the diagonal) written in bf16. Each causal block's product is one
-/// batched call over the samples and heads (blas::gemm_batched); the softmax reads the bf16
+/// \brief The attention under bf16 operands (its products in bf16; needs
+/// blas::bf16_operands(Precision::bf16)), bf16 from end to end: q, k and v from qkv_to_bf16's head
+/// blocks, y16 (B*T, C) and att16 (B, heads, T, T: the probabilities, zero above the diagonal)
+/// written in bf16. Each causal block's product is one batched call over the samples and heads
+/// (blas::matmul_batched); the softmax reads the bf16
 /// scores and writes the bf16 probabilities with fp32 arithmetic.
 void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const MatrixU<std::uint16_t>& y16,
                             const AttentionScores<std::uint16_t>& att16);

@@ -70,9 +70,11 @@ Cnn<T>::Cnn(ParamStore<T>& store, const CnnShape& shape, Part part)
   widths.insert(widths.end(), shape_.hidden.begin(), shape_.hidden.end());
   widths.push_back(shape_.classes);
   const int n = static_cast<int>(widths.size()) - 1;
+  typename Linear<T>::Options options;
+  options.precision = part_.precision;
   for (int j = 0; j < n; ++j)
     fcs_.emplace_back(store, fmt::format("fc.{}", j), widths[std::size_t(j)], widths[std::size_t(j) + 1],
-                      Mlp<T>::split_of(j, n, part_.tp), part_.tp, part_.t);
+                      Mlp<T>::split_of(j, n, part_.tp), part_.tp, part_.t, options);
 }
 
 template <class T>
@@ -217,8 +219,9 @@ void Cnn<T>::conv_forward(const ExecSpace& exec, std::size_t i, int batch, const
   // z = bias (per channel) + W col, sample by sample.
   kernels::fill_channels(exec, bias, Index(batch), out, pos, z);
   for (int b = 0; b < batch; ++b)
-    blas::gemm(exec, blas::Op::N, blas::Op::N, int(out), int(pos), int(rows_), T(1), wgt, int(rows_),
-               s.col[i].data() + Index(b) * rows_ * pos, int(pos), T(1), z + Index(b) * out * pos, int(pos));
+    blas::matmul(exec, part_.precision, blas::Op::N, blas::Op::N, int(out), int(pos), int(rows_), T(1), wgt,
+                 int(rows_), s.col[i].data() + Index(b) * rows_ * pos, int(pos), T(1), z + Index(b) * out * pos,
+                 int(pos));
 }
 
 template <class T>
@@ -242,12 +245,14 @@ void Cnn<T>::conv_backward(const ExecSpace& exec, std::size_t i, int batch, cons
   // db[o] += sum over samples and positions of dz; dW += dz_b col_b^T sample by sample.
   kernels::channel_sums(exec, dz, Index(batch), out, pos, store_->grad(c.bias));
   for (int b = 0; b < batch; ++b)
-    blas::gemm(exec, blas::Op::N, blas::Op::T, int(out), int(rows_), int(pos), T(1), dz + Index(b) * out * pos,
-               int(pos), s.col[i].data() + Index(b) * rows_ * pos, int(pos), T(1), dw, int(rows_));
+    blas::matmul(exec, part_.precision, blas::Op::N, blas::Op::T, int(out), int(rows_), int(pos), T(1),
+                 dz + Index(b) * out * pos, int(pos), s.col[i].data() + Index(b) * rows_ * pos, int(pos), T(1), dw,
+                 int(rows_));
   if (i > 0) {  // the gradient of this block's input: dcol_b = W^T dz_b, then col2im
     for (int b = 0; b < batch; ++b)
-      blas::gemm(exec, blas::Op::T, blas::Op::N, int(rows_), int(pos), int(out), T(1), wgt, int(rows_),
-                 dz + Index(b) * out * pos, int(pos), T(0), dcol_.data() + Index(b) * rows_ * pos, int(pos));
+      blas::matmul(exec, part_.precision, blas::Op::T, blas::Op::N, int(rows_), int(pos), int(out), T(1), wgt,
+                   int(rows_), dz + Index(b) * out * pos, int(pos), T(0), dcol_.data() + Index(b) * rows_ * pos,
+                   int(pos));
     kernels::col2im(exec, c.in, dcol_.data(), dpool_.data(), Index(batch));
   }
 }

@@ -40,7 +40,8 @@ class Cnn : public Network<T> {
     int tp = 1, t = 0;
     std::function<void(T*, std::size_t)> tensor_sum;
     ConvLibrary conv = ConvLibrary::automatic;  ///< run.conv
-    Precision precision = Precision::fp32;      ///< train.precision (fp16: im2col; bf16: blas::conv_path)
+    Precision precision = Precision::fp32;      ///< train.precision: of every product and convolution
+                                                ///< (fp16: im2col; bf16: blas::conv_path)
   };
 
   /// \brief Registers the parameters in `store` (before store.plan()); throws

@@ -37,8 +37,8 @@ void FieldConv<T>::multiply_rows(const ExecSpace& exec, Index batch, const T* co
   const Index rows = conv_.rows(), pos = conv_.positions(), out = s_.out, W = s_.width;
   const T* w = store_->value(weight_).data();
   for (Index b = 0; b < batch; ++b)
-    blas::gemm(exec, blas::Op::N, blas::Op::N, int(out), int((y1 - y0) * W), int(rows), T(1), w, int(rows),
-               col + b * rows * pos + y0 * W, int(pos), T(1), z + b * out * pos + y0 * W, int(pos));
+    blas::matmul(exec, s_.precision, blas::Op::N, blas::Op::N, int(out), int((y1 - y0) * W), int(rows), T(1), w,
+                 int(rows), col + b * rows * pos + y0 * W, int(pos), T(1), z + b * out * pos + y0 * W, int(pos));
 }
 
 template <class T>
@@ -92,8 +92,8 @@ void FieldConv<T>::backward(const ExecSpace& exec, Index batch, const T* dz, con
     // dcol_b = W^T dz_b; col2im gives the block's rows and the halo rows (the neighbours' rows).
     const T* w = store_->value(weight_).data();
     for (Index b = 0; b < batch; ++b)
-      blas::gemm(exec, blas::Op::T, blas::Op::N, int(rows), int(pos), int(out), T(1), w, int(rows),
-                 dz + b * out * pos, int(pos), T(0), dcol + b * rows * pos, int(pos));
+      blas::matmul(exec, s_.precision, blas::Op::T, blas::Op::N, int(rows), int(pos), int(out), T(1), w, int(rows),
+                   dz + b * out * pos, int(pos), T(0), dcol + b * rows * pos, int(pos));
     kernels::col2im_rows(exec, conv_, dcol, dx, exchange && halo->has_up() ? buf.send_up : nullptr,
                          exchange && halo->has_down() ? buf.send_down : nullptr, batch);
     if (exchange) {
@@ -105,8 +105,8 @@ void FieldConv<T>::backward(const ExecSpace& exec, Index batch, const T* dz, con
   // The weight gradient while the halo gradients travel.
   T* dw = store_->grad(weight_).data();
   for (Index b = 0; b < batch; ++b)
-    blas::gemm(exec, blas::Op::N, blas::Op::T, int(out), int(rows), int(pos), T(1), dz + b * out * pos, int(pos),
-               col + b * rows * pos, int(pos), T(1), dw, int(rows));
+    blas::matmul(exec, s_.precision, blas::Op::N, blas::Op::T, int(out), int(rows), int(pos), T(1),
+                 dz + b * out * pos, int(pos), col + b * rows * pos, int(pos), T(1), dw, int(rows));
   if (!exchange) return;
   if (overlap) {
     exec.fence();
@@ -148,7 +148,7 @@ void FieldConv<T>::forward_onednn(const ExecSpace& exec, Index batch, const T* x
     const float* w = store_->value(weight_).data();
     const float* b = store_->value(bias_).data();
     const auto valid = [&](Index rows, Index plane_x) {  // rows of the extended block into planes of H rows
-      return valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, rows, plane_x, H, s_.bf16);
+      return valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, rows, plane_x, H, bf16());
     };
     // The block in the middle of the extended block, for the boundary rows and the weight gradient.
     kernels::place_rows(exec, x, batch, C, E, W, P, H, ext);
@@ -169,7 +169,7 @@ void FieldConv<T>::forward_onednn(const ExecSpace& exec, Index batch, const T* x
       if (exchange) blas::onednn::conv_forward(valid(E, E), ext, w, b, z);
       else  // zeros beyond the block: a "same" convolution of the block itself
         blas::onednn::conv_forward(
-            blas::onednn::Conv2dShape::same(int(batch), s_.in, s_.out, int(H), s_.width, s_.kernel, s_.bf16), x, w, b, z);
+            blas::onednn::Conv2dShape::same(int(batch), s_.in, s_.out, int(H), s_.width, s_.kernel, bf16()), x, w, b, z);
       return;
     }
     if (lo > 0) blas::onednn::conv_forward(valid(lo + 2 * P, E), ext, w, b, z);
@@ -185,11 +185,11 @@ void FieldConv<T>::backward_onednn(const ExecSpace& exec, Index batch, const T* 
                                    const HaloBuffers<T>& buf, Halo<T>* halo, bool exchange, bool overlap) const {
   if constexpr (std::is_same_v<T, float>) {
     const Index P = pad(), H = s_.rows, W = s_.width, C = s_.in, E = H + 2 * P;
-    const auto whole = valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, E, E, H, s_.bf16);
+    const auto whole = valid_rows(batch, s_.in, s_.out, s_.kernel, s_.width, E, E, H, bf16());
     exec.fence();
     if (dx != nullptr && !exchange) {  // no halo rows: the block's gradient directly
       blas::onednn::conv_backward_data(blas::onednn::Conv2dShape::same(int(batch), s_.in, s_.out, int(H), s_.width,
-                                                                       s_.kernel, s_.bf16),
+                                                                       s_.kernel, bf16()),
                                        dz, store_->value(weight_).data(), dx);
     } else if (dx != nullptr) {
       // The extended block's gradient: the block's rows, and the halo rows for the neighbours.

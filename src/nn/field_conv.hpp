@@ -26,6 +26,7 @@
 // U(-1/sqrt(in k^2), 1/sqrt(in k^2)); a unit of their own.
 #include <string>
 
+#include "core/precision.hpp"
 #include "kernels/conv2d.hpp"
 #include "kernels/views.hpp"
 #include "nn/halo.hpp"
@@ -49,7 +50,9 @@ class FieldConv {
     int in = 1, out = 1, kernel = 3;
     int rows = 1, width = 1;  ///< this rank's block of the field: rows x width
     bool onednn = false;      ///< through oneDNN's convolutions (T = float; blas/conv_library.hpp chooses)
-    bool bf16 = false;        ///< oneDNN's convolutions in bf16 (train.precision = bf16; Conv2dShape::bf16)
+    /// Of the products (blas::matmul) and, through oneDNN, of the convolutions (bf16:
+    /// Conv2dShape::bf16): train.precision.
+    Precision precision = Precision::fp32;
   };
 
   /// \brief Registers the parameters in `store` as a new unit; throws std::invalid_argument for
@@ -85,6 +88,8 @@ class FieldConv {
                       Halo<T>* halo, bool exchange, bool overlap) const;
   void backward_onednn(const ExecSpace& exec, Index batch, const T* dz, const T* ext, T* dx, T* dext,
                        const HaloBuffers<T>& buf, Halo<T>* halo, bool exchange, bool overlap) const;
+  /// oneDNN's convolutions in bf16 (Conv2dShape::bf16).
+  bool bf16() const { return s_.precision == Precision::bf16; }
 
   ParamStore<T>* store_;
   Shape s_;

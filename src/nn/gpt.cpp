@@ -111,10 +111,10 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
     wpe_unit_ = store.units() - 1;
     wpe_ = store.add("wpe.weight", {shape_.context, C}, InitKind::normal, std_init);
   }
-  typename Linear<T>::Options column{1, false, InitKind::normal, std_init, true};
+  typename Linear<T>::Options column{1, false, InitKind::normal, std_init, true, part_.precision};
   typename Linear<T>::Options qkv_opts = column;
   qkv_opts.groups = 3;
-  typename Linear<T>::Options row{1, false, InitKind::normal, std_proj, true};
+  typename Linear<T>::Options row{1, false, InitKind::normal, std_proj, true, part_.precision};
   for (int i = first_; i < end_; ++i) {
     const std::string n = fmt::format("blocks.{}", i);
     store.begin_unit();
@@ -201,7 +201,7 @@ void Gpt<T>::add_slot() {
   const auto Tn = static_cast<std::size_t>(shape_.context), C = static_cast<std::size_t>(shape_.width);
   const std::size_t n = B * Tn;
   const std::size_t nb = blocks_.size();
-  if (slots_.empty()) bf16_acts_ = bf16_activations<T>();
+  if (slots_.empty()) bf16_acts_ = bf16_activations<T>(part_.precision);
   Slot& s = slots_.emplace_back();
   s.input = alloc_matrix<T>("input", B, static_cast<std::size_t>(input_width()));
   s.x.push_back(first_stage() ? alloc_matrix<T>("x0", n, C) : Matrix<T>(s.input.data(), n, C));
@@ -275,7 +275,7 @@ const Matrix<T>& Gpt<T>::fp32_logits(const Matrix<T>& m) const {
 
 template <class T>
 bool Gpt<T>::bf16_acts() const {
-  return checked_bf16_activations(bf16_acts_, "Gpt");
+  return checked_bf16_activations(bf16_acts_, part_.precision, "Gpt");
 }
 
 template <class T>
@@ -378,7 +378,7 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
     const AttU<T> att = batch_scores(a.att, batch);
     linear_forward(exec, b.qkv, ln1, qkv, part_.tensor_sum);
     if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
-    else attention_forward<T>(exec, qkv, y, att);
+    else attention_forward<T>(exec, part_.precision, qkv, y, att);
     b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
     kernels::bias_residual_add(exec, store_->value(b.proj.bias_index()), x, x1);
     kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
@@ -462,7 +462,7 @@ void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const Matr
     const AttU<T> att = batch_scores(a.att, batch), ds = batch_scores(dscores_, batch);
     b.proj.backward(exec, r(a.y), d1, dy);
     if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
-    else attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
+    else attention_backward<T>(exec, part_.precision, r(a.qkv), att, dy, dqkv, ds);
     linear_backward(exec, b.qkv, r(a.ln1), dqkv, dln, part_.tensor_sum);
     layernorm_backward(x, b.ln1_w, b.ln1_b, a.mean1, a.rstd1, dln, dres, d1);
   }

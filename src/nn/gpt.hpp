@@ -29,9 +29,10 @@
 //
 // Activations: with recompute off, a slot keeps every block's intermediate tensors; with it on,
 // only each block's input, and backward recomputes the block's forward into one shared set.
-// Where the products take bf16 operands (blas::bf16_operands(): train.precision = bf16 on a host
-// bf16 GEMM), the tensors only products read (ln_1's, ln_2's and ln_f's outputs, the GELU's, qkv)
-// are kept in bf16 (half the bytes, no packing, the same bits), and the products read the
+// Every product computes in Part::precision (train.precision, decided by whoever builds the
+// model). Where the products take bf16 operands (blas::bf16_operands(Part::precision): bf16 on a
+// host bf16 GEMM), the tensors only products read (ln_1's, ln_2's and ln_f's outputs, the GELU's,
+// qkv) are kept in bf16 (half the bytes, no packing, the same bits), and the products read the
 // weights' bf16 copies (nn/linear.hpp).
 #include <cstdint>
 #include <functional>
@@ -62,6 +63,7 @@ class Gpt : public Network<T> {
     int tp = 1, t = 0;
     std::function<void(T*, std::size_t)> tensor_sum;  ///< sum over the tensor group (tp > 1)
     bool recompute = false;
+    Precision precision = Precision::fp32;  ///< of every product (train.precision; float models)
   };
 
   /// \brief Registers the part's parameters in `store` (before store.plan()).
@@ -156,8 +158,8 @@ class Gpt : public Network<T> {
   void head_backward(const ExecSpace& exec, const Slot& s, int tokens) const;
   /// The head's weight as the products read it: its bf16 copy or its values (float models).
   blas::Operand head_weight_operand(const ExecSpace& exec) const;
-  /// True where the slots hold bf16 activations; throws where the process's products no longer
-  /// take them (train.precision changed after the slots were made).
+  /// True where the slots hold bf16 activations; throws where the products no longer take them
+  /// (the host's bf16 GEMM changed after the slots were made).
   bool bf16_acts() const;
   /// The fp32 logits or their gradient of a slot (output(), grad_output() on the last stage);
   /// std::logic_error where they are kept in bf16.
@@ -178,7 +180,7 @@ class Gpt : public Network<T> {
   std::size_t wte_ = npos, wpe_ = npos, wte_copy_ = npos, lnf_w_ = npos, lnf_b_ = npos;
   std::size_t wte_unit_ = npos, wpe_unit_ = npos, lnf_unit_ = npos, wte_copy_unit_ = npos;
   std::vector<Slot> slots_;
-  bool bf16_acts_ = false;  // decided with the first slot: blas::bf16_operands() then
+  bool bf16_acts_ = false;  // decided with the first slot: blas::bf16_operands(part_.precision) then
   // Shared by every slot: backward's working buffers and, with recompute, one block's tensors.
   Acts work_;
   Matrix<T> dres_, dln_, d1_, dqkv_, dy_, dh_, dhf_;

@@ -36,30 +36,31 @@ void Gpt<T>::head_forward(const ExecSpace& exec, const MatrixU<const T>& x, cons
     hooks_->before_forward(head_unit());
   }
   const int C = shape_.width;
+  const Precision p = part_.precision;
   T* logits = s.logits.data();
   if constexpr (std::is_same_v<T, float>) {
-    if (h16 || bf16_weights(*store_)) {  // logits = hf W_head^T from bf16 operands (into bf16 with hf)
+    if (h16 || bf16_weights(*store_, p)) {  // logits = hf W_head^T from bf16 operands (into bf16 with hf)
       const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
       if (h16)
-        blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, 1.0f, hf, head_weight_operand(exec),
-                   s.logits16.data(), vocab_local_);
+        blas::matmul(exec, p, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, 1.0f, hf, head_weight_operand(exec),
+                     s.logits16.data(), vocab_local_);
       else
-        blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, 1.0f, hf, head_weight_operand(exec),
-                   0.0f, logits, vocab_local_);
+        blas::matmul(exec, p, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, 1.0f, hf, head_weight_operand(exec),
+                     0.0f, logits, vocab_local_);
       if (hooks_) hooks_->after_forward(head_unit());
       return;
     }
   }
   const MatrixU<T> w = store_->value_matrix(head_weight());
-  blas::gemm(exec, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, T(1), s.hf.data(), C, w.data(), C, T(0),
-             logits, vocab_local_);
+  blas::matmul(exec, p, blas::Op::N, blas::Op::T, tokens, vocab_local_, C, T(1), s.hf.data(), C, w.data(), C, T(0),
+               logits, vocab_local_);
   if (hooks_) hooks_->after_forward(head_unit());
 }
 
 template <class T>
 blas::Operand Gpt<T>::head_weight_operand(const ExecSpace& exec) const {
   if constexpr (std::is_same_v<T, float>) {
-    if (bf16_weights(*store_)) return {nullptr, store_->bf16_value(exec, head_weight()), shape_.width};
+    if (bf16_weights(*store_, part_.precision)) return {nullptr, store_->bf16_value(exec, head_weight()), shape_.width};
     return {store_->value_matrix(head_weight()).data(), nullptr, shape_.width};
   } else {
     (void)exec;
@@ -71,6 +72,7 @@ template <class T>
 void Gpt<T>::head_backward(const ExecSpace& exec, const Slot& s, int tokens) const {
   // dW_head += dlogits^T hf, dhf = dlogits W_head (a partial sum over the vocabulary).
   const int C = shape_.width, Vl = vocab_local_;
+  const Precision p = part_.precision;
   const T* dlogits = s.dlogits.data();
   T* dhf = dhf_.data();
   if (hooks_) hooks_->before_backward(head_unit());
@@ -78,19 +80,20 @@ void Gpt<T>::head_backward(const ExecSpace& exec, const Slot& s, int tokens) con
   bool done = false;
   if constexpr (std::is_same_v<T, float>) {
     const bool h16 = bf16_acts();
-    if (h16 || bf16_weights(*store_)) {
+    if (h16 || bf16_weights(*store_, p)) {
       const blas::Operand hf = h16 ? blas::Operand{nullptr, s.hf16.data(), C} : blas::Operand{s.hf.data(), nullptr, C};
       const blas::Operand dl =
           h16 ? blas::Operand{nullptr, s.dlogits16.data(), Vl} : blas::Operand{dlogits, nullptr, Vl};
-      blas::gemm(exec, blas::Op::T, blas::Op::N, Vl, C, tokens, 1.0f, dl, hf, 1.0f, dw, C);
-      blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, C, Vl, 1.0f, dl, head_weight_operand(exec), 0.0f, dhf, C);
+      blas::matmul(exec, p, blas::Op::T, blas::Op::N, Vl, C, tokens, 1.0f, dl, hf, 1.0f, dw, C);
+      blas::matmul(exec, p, blas::Op::N, blas::Op::N, tokens, C, Vl, 1.0f, dl, head_weight_operand(exec), 0.0f, dhf,
+                   C);
       done = true;
     }
   }
   if (!done) {
     const MatrixU<T> w = store_->value_matrix(head_weight());
-    blas::gemm(exec, blas::Op::T, blas::Op::N, Vl, C, tokens, T(1), dlogits, Vl, s.hf.data(), C, T(1), dw, C);
-    blas::gemm(exec, blas::Op::N, blas::Op::N, tokens, C, Vl, T(1), dlogits, Vl, w.data(), C, T(0), dhf, C);
+    blas::matmul(exec, p, blas::Op::T, blas::Op::N, Vl, C, tokens, T(1), dlogits, Vl, s.hf.data(), C, T(1), dw, C);
+    blas::matmul(exec, p, blas::Op::N, blas::Op::N, tokens, C, Vl, T(1), dlogits, Vl, w.data(), C, T(0), dhf, C);
   }
   // On a single stage the head shares its unit with the embedding, whose backward ends it.
   if (hooks_ && wte_copy_unit_ != npos) hooks_->after_backward(wte_copy_unit_);

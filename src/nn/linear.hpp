@@ -28,32 +28,34 @@ namespace tessera::nn {
 
 enum class Split { none, column, row };
 
-/// \brief True where the products of a model on `store` read its weights' bf16 copies
-/// (ParamStore::bf16_value, made once per change of the values) instead of converting the fp32
-/// weights at each product: the process's products take bf16 operands (blas::bf16_operands(),
-/// train.precision = bf16 on a host bf16 GEMM) and the store holds full values (ZeRO-3 gathers
-/// them per use and keeps the conversion in the product).
+/// \brief True where the products of a model on `store`, in precision p (the model's, from
+/// train.precision), read its weights' bf16 copies (ParamStore::bf16_value, made once per change
+/// of the values) instead of converting the fp32 weights at each product: they take bf16 operands
+/// (blas::bf16_operands(p): bf16 on a host bf16 GEMM) and the store holds full values (ZeRO-3
+/// gathers them per use and keeps the conversion in the product).
 template <class T>
-bool bf16_weights(const ParamStore<T>& store) {
-  return std::is_same_v<T, float> && store.storage().full_values && blas::bf16_operands();
+bool bf16_weights(const ParamStore<T>& store, Precision p) {
+  return std::is_same_v<T, float> && store.storage().full_values && blas::bf16_operands(p);
 }
 
-/// \brief True where a model of element type T keeps in bf16 the activations that only products
-/// read (the GPT, the MLP): float models whose products take bf16 operands. Decided with a
-/// model's first slot; checked_bf16_activations() checks it at each use.
+/// \brief True where a model of element type T whose products compute in precision p keeps in
+/// bf16 the activations that only products read (the GPT, the MLP): float models whose products
+/// take bf16 operands. Decided with a model's first slot; checked_bf16_activations() checks it at
+/// each use.
 template <class T>
-bool bf16_activations() {
-  return std::is_same_v<T, float> && blas::bf16_operands();
+bool bf16_activations(Precision p) {
+  return std::is_same_v<T, float> && blas::bf16_operands(p);
 }
 
-/// \brief `kept` (whether the slots of `model` hold bf16 activations), after checking that the
-/// products still take bf16 operands: std::logic_error naming the model where the matmul
-/// precision changed after the slots were made.
-inline bool checked_bf16_activations(bool kept, const char* model) {
-  if (kept && !blas::bf16_operands())
+/// \brief `kept` (whether the slots of `model`, of precision p, hold bf16 activations), after
+/// checking that its products still take bf16 operands: std::logic_error naming the model where
+/// the host's bf16 GEMM went away after the slots were made (blas::set_gemm_library,
+/// blas::cblas::set_sbgemm).
+inline bool checked_bf16_activations(bool kept, Precision p, const char* model) {
+  if (kept && !blas::bf16_operands(p))
     throw std::logic_error(std::string("tessera::nn::") + model +
                            ": the slots hold bf16 activations, but the products no longer take bf16 operands "
-                           "(the matmul precision changed after they were made)");
+                           "(the host's bf16 GEMM changed after they were made)");
   return kept;
 }
 
@@ -68,13 +70,15 @@ class Linear {
   /// rank's blocks of them under a split over tp tensor ranks, t being this one), as a unit of
   /// their own (before store.plan()). in and out are the logical widths; the split one must be
   /// divisible by tp.
-  /// How a layer is initialised and grouped (the defaults: PyTorch's nn.Linear, a unit of its own).
+  /// How a layer is initialised and grouped, and the precision of its products (the defaults:
+  /// PyTorch's nn.Linear, a unit of its own, fp32).
   struct Options {
     int groups = 1;             ///< fused outputs (see above); out divisible by groups * tp
     bool own_unit = true;       ///< false: the caller began the unit (a transformer block)
     InitKind weight_init = InitKind::uniform;
     double weight_bound = 0.0;  ///< uniform bound or normal std; 0: 1/sqrt(in), uniform
     bool zero_bias = false;     ///< biases start at zero (else U(-1/sqrt(in), 1/sqrt(in)))
+    Precision precision = Precision::fp32;  ///< of every product (train.precision; float layers)
   };
 
   /// \brief Registers `<prefix>.weight` [out, in] and `<prefix>.bias` [out] in `store` (this
@@ -83,7 +87,7 @@ class Linear {
   /// widths; the split one must be divisible by tp.
   Linear(ParamStore<T>& store, const std::string& prefix, int in, int out, Split split = Split::none,
          int tp = 1, int t = 0, Options options = {})
-      : store_(&store), split_(tp > 1 ? split : Split::none),
+      : store_(&store), split_(tp > 1 ? split : Split::none), precision_(options.precision),
         in_(split_ == Split::row ? in / tp : in), out_(split_ == Split::column ? out / tp : out) {
     const int groups = options.groups;
     if ((split_ == Split::row && in % tp) || (split_ == Split::column && out % (tp * groups)) ||
@@ -114,6 +118,8 @@ class Linear {
   int in_features() const { return in_; }
   int out_features() const { return out_; }
   Split split() const { return split_; }
+  /// The precision of the layer's products (blas::matmul).
+  Precision precision() const { return precision_; }
   std::size_t weight_index() const { return weight_; }
   std::size_t bias_index() const { return bias_; }
   /// The store's unit holding this layer's parameters.
@@ -134,14 +140,14 @@ class Linear {
   }
 
   /// \brief forward() of an input kept in bf16 (the same bits as forward() on its values as
-  /// floats). Needs blas::bf16_operands().
+  /// floats). Needs blas::bf16_operands(precision()).
   void forward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const MatrixU<T>& y,
                     Bias who = Bias::layer) const {
     check_shape("forward: x", x, int(x.extent(0)), in_);
     forward_product(exec, int(x.extent(0)), nullptr, x.data(), ld(x), y, who);
   }
 
-  /// \brief forward_bf16() with y stored in bf16 (blas::gemm with a bf16 C: the product, and
+  /// \brief forward_bf16() with y stored in bf16 (blas::matmul with a bf16 C: the product, and
   /// with Bias::layer the bias added to its fp32 sums, rounded once as the product stores it), for
   /// a consumer that reads bf16. A row-parallel layer's output is a partial sum over the tensor
   /// group, summed in fp32: not for one (std::logic_error).
@@ -217,7 +223,7 @@ class Linear {
     backward_twice(exec, int(x.extent(0)), In{nullptr, x.data(), ld(x)}, dy, dy16, dx, sum);
   }
 
-  /// \brief backward_bf16() with dx stored in bf16 (blas::gemm with a bf16 C), for a consumer
+  /// \brief backward_bf16() with dx stored in bf16 (blas::matmul with a bf16 C), for a consumer
   /// that reads bf16; dy in fp32 (the bias gradient as backward's) or bf16 (the caller's, as
   /// above). A column-parallel layer's dx is a partial sum over the tensor group, summed in fp32:
   /// not for one (std::logic_error).
@@ -246,7 +252,8 @@ class Linear {
     backward_products(exec, int(x.extent(0)), {x.data(), nullptr, ld(x)}, {dy.data(), nullptr, ld(dy)}, dx);
   }
 
-  /// \brief backward() with the input kept in bf16 (as forward_bf16). Needs blas::bf16_operands().
+  /// \brief backward() with the input kept in bf16 (as forward_bf16). Needs
+  /// blas::bf16_operands(precision()).
   void backward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const MatrixU<const T>& dy,
                      const MatrixU<T>& dx, Bias who = Bias::layer) const {
     check_shape("backward: x", x, int(x.extent(0)), in_);
@@ -279,22 +286,24 @@ class Linear {
   /// The product's B as blas::Operand: b, or the weight where b is {} (its bf16 copy or its values).
   blas::Operand operand_b(const ExecSpace& exec, const In& b) const {
     if (b.t != nullptr || b.b16 != nullptr) return blas::Operand{b.t, b.b16, b.ld};
-    if (bf16_weights(*store_)) return blas::Operand{nullptr, store_->bf16_value(exec, weight_), in_};
+    if (bf16_weights(*store_, precision_)) return blas::Operand{nullptr, store_->bf16_value(exec, weight_), in_};
     return blas::Operand{store_->value_matrix(weight_).data(), nullptr, in_};
   }
 
-  /// C = op(A) op(B) + beta C, B the weight where b is {} (its bf16 copy or its values).
+  /// C = op(A) op(B) + beta C in the layer's precision, B the weight where b is {} (its bf16
+  /// copy or its values).
   void product(const ExecSpace& exec, blas::Op ta, blas::Op tb, int m, int n, int k, const In& a, const In& b,
                T beta, T* C, int ldc) const {
     const bool weight = b.t == nullptr && b.b16 == nullptr;
     if constexpr (std::is_same_v<T, float>) {
-      if (a.b16 != nullptr || b.b16 != nullptr || (weight && bf16_weights(*store_))) {
-        blas::gemm(exec, ta, tb, m, n, k, 1.0f, blas::Operand{a.t, a.b16, a.ld}, operand_b(exec, b), beta, C, ldc);
+      if (a.b16 != nullptr || b.b16 != nullptr || (weight && bf16_weights(*store_, precision_))) {
+        blas::matmul(exec, precision_, ta, tb, m, n, k, 1.0f, blas::Operand{a.t, a.b16, a.ld}, operand_b(exec, b),
+                     beta, C, ldc);
         return;
       }
     }
     const T* bt = weight ? store_->value_matrix(weight_).data() : b.t;
-    blas::gemm(exec, ta, tb, m, n, k, T(1), a.t, a.ld, bt, weight ? in_ : b.ld, beta, C, ldc);
+    blas::matmul(exec, precision_, ta, tb, m, n, k, T(1), a.t, a.ld, bt, weight ? in_ : b.ld, beta, C, ldc);
   }
 
   /// y = x W^T (+ b), x as fp32 values or (x16) bf16.
@@ -334,7 +343,8 @@ class Linear {
   void product_bf16(const ExecSpace& exec, blas::Op ta, blas::Op tb, int m, int n, int k, const In& a, const In& b,
                     const T* bias, std::uint16_t* C, int ldc) const {
     if constexpr (std::is_same_v<T, float>) {
-      blas::gemm(exec, ta, tb, m, n, k, 1.0f, blas::Operand{a.t, a.b16, a.ld}, operand_b(exec, b), C, ldc, bias);
+      blas::matmul(exec, precision_, ta, tb, m, n, k, 1.0f, blas::Operand{a.t, a.b16, a.ld}, operand_b(exec, b), C,
+                   ldc, bias);
     } else {
       throw std::logic_error("tessera::nn::Linear: bf16 outputs of a layer that is not float");
     }
@@ -369,6 +379,7 @@ class Linear {
 
   ParamStore<T>* store_;
   Split split_;
+  Precision precision_;
   int in_;
   int out_;
   std::size_t weight_ = 0;

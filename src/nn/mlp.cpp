@@ -37,14 +37,16 @@ Mlp<T>::Mlp(ParamStore<T>& store, int in, std::vector<int> hidden, int out, Acti
   if (part_.tp > 1 && !part_.tensor_sum)
     throw std::invalid_argument("tessera::nn::Mlp: tensor parallelism needs a tensor_sum");
   layers_.reserve(static_cast<std::size_t>(end_ - first_));
+  typename Linear<T>::Options options;
+  options.precision = part_.precision;
   for (int i = first_; i < end_; ++i)
     layers_.emplace_back(store, fmt::format("layers.{}", i), widths[i], widths[i + 1],
-                         split_of(i, layers_total_, part_.tp), part_.tp, part_.t);
+                         split_of(i, layers_total_, part_.tp), part_.tp, part_.t, options);
 }
 
 template <class T>
 void Mlp<T>::add_slot() {
-  if (slots_.empty()) bf16_acts_ = bf16_activations<T>();
+  if (slots_.empty()) bf16_acts_ = bf16_activations<T>(part_.precision);
   Slot& s = slots_.emplace_back();
   const auto n_rows = static_cast<std::size_t>(this->max_batch());
   const auto alloc_of = [&]<class E>(E, const std::string& what, int width) {
@@ -72,7 +74,7 @@ void Mlp<T>::add_slot() {
 
 template <class T>
 bool Mlp<T>::bf16_acts() const {
-  return checked_bf16_activations(bf16_acts_, "Mlp");
+  return checked_bf16_activations(bf16_acts_, part_.precision, "Mlp");
 }
 
 template <class T>

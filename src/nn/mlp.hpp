@@ -11,9 +11,10 @@
 // acquire() a slot, fill input(), forward(), and later fill grad_output(), backward(), read
 // grad_input(), release(). The counters say how many slots were live at once.
 //
-// Where the products take bf16 operands (blas::bf16_operands(): train.precision = bf16 on a host
-// bf16 GEMM), the activations between layers are kept in bf16: the activation kernel writes its
-// output rounded to bf16 (the next layer's forward and its weight gradient read it), and in
+// Every product computes in Part::precision (train.precision, decided by whoever builds the
+// model). Where the products take bf16 operands (blas::bf16_operands(Part::precision): bf16 on a
+// host bf16 GEMM), the activations between layers are kept in bf16: the activation kernel writes
+// its output rounded to bf16 (the next layer's forward and its weight gradient read it), and in
 // backward writes dL/dz both in fp32 (the bias gradient) and in bf16 (both products). The same
 // bits as converting the fp32 values at each product, without the conversions. A stage's output
 // (read by the next pipeline stage) stays fp32.
@@ -41,6 +42,7 @@ class Mlp : public Network<T> {
     int t = 0;           ///< this tensor rank
     /// Sums a buffer over the tensor group in place (needed when tp > 1).
     std::function<void(T*, std::size_t)> tensor_sum;
+    Precision precision = Precision::fp32;  ///< of every product (train.precision; float models)
   };
 
   /// The split of layer i of n under tp tensor ranks.
@@ -99,8 +101,8 @@ class Mlp : public Network<T> {
   /// Whether layer i's activation output is kept in bf16 only: under bf16 activations, a hidden
   /// layer that is not the stage's last.
   bool kept_bf16(int i) const { return bf16_acts_ && hidden(i) && i + 1 < end_; }
-  /// True where the slots hold bf16 activations; throws where the process's products no longer
-  /// take them (the matmul precision changed after the slots were made).
+  /// True where the slots hold bf16 activations; throws where the products no longer take them
+  /// (the host's bf16 GEMM changed after the slots were made).
   bool bf16_acts() const;
   using Network<T>::rows;
   using Network<T>::hooks_;

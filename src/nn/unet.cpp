@@ -55,12 +55,12 @@ UNet<T>::UNet(ParamStore<T>& store, const UNetShape& shape, Part part)
                                               "2x2 pooling needs even sizes", l, level_rows(l), level_width(l)));
   const int k = shape_.kernel;
   const bool dnn = std::is_same_v<T, float> && blas::conv_path(part_.conv, part_.precision) == blas::ConvPath::onednn;
-  const bool dnn16 = dnn && part_.precision == Precision::bf16;
+  const Precision pr = part_.precision;
   int in = shape_.in_channels;
   for (std::size_t l = 0; l < L; ++l) {
     const int c = shape_.levels[l], r = int(level_rows(l)), w = int(level_width(l));
-    convs_.emplace_back(store, fmt::format("down.{}.conv1", l), typename FieldConv<T>::Shape{in, c, k, r, w, dnn, dnn16});
-    convs_.emplace_back(store, fmt::format("down.{}.conv2", l), typename FieldConv<T>::Shape{c, c, k, r, w, dnn, dnn16});
+    convs_.emplace_back(store, fmt::format("down.{}.conv1", l), typename FieldConv<T>::Shape{in, c, k, r, w, dnn, pr});
+    convs_.emplace_back(store, fmt::format("down.{}.conv2", l), typename FieldConv<T>::Shape{c, c, k, r, w, dnn, pr});
     in = c;
   }
   ups_.resize(L - 1);
@@ -77,9 +77,9 @@ UNet<T>::UNet(ParamStore<T>& store, const UNetShape& shape, Part part)
     u.bias = store.add(fmt::format("up.{}.upconv.bias", l), {u.out}, InitKind::uniform, bound);
     const int c = u.out, r = int(level_rows(l)), w = int(level_width(l));
     u.conv1 = convs_.size();
-    convs_.emplace_back(store, fmt::format("up.{}.conv1", l), typename FieldConv<T>::Shape{2 * c, c, k, r, w, dnn, dnn16});
+    convs_.emplace_back(store, fmt::format("up.{}.conv1", l), typename FieldConv<T>::Shape{2 * c, c, k, r, w, dnn, pr});
     u.conv2 = convs_.size();
-    convs_.emplace_back(store, fmt::format("up.{}.conv2", l), typename FieldConv<T>::Shape{c, c, k, r, w, dnn, dnn16});
+    convs_.emplace_back(store, fmt::format("up.{}.conv2", l), typename FieldConv<T>::Shape{c, c, k, r, w, dnn, pr});
   }
   const FieldNorm& n = shape_.norm;
   if (!n.empty() && (n.in_mean.size() != std::size_t(shape_.in_channels) || n.in_std.size() != n.in_mean.size() ||
@@ -237,8 +237,8 @@ void UNet<T>::up_forward(const ExecSpace& exec, std::size_t l, Index batch, cons
   if (hooks_) hooks_->before_forward(u.unit);
   const T* w = store_->value(u.weight).data();
   for (Index b = 0; b < batch; ++b)
-    blas::gemm(exec, blas::Op::T, blas::Op::N, int(m), int(hw), u.in, T(1), w, int(m), x + b * u.in * hw, int(hw),
-               T(0), yp_.data() + b * m * hw, int(hw));
+    blas::matmul(exec, part_.precision, blas::Op::T, blas::Op::N, int(m), int(hw), u.in, T(1), w, int(m),
+                 x + b * u.in * hw, int(hw), T(0), yp_.data() + b * m * hw, int(hw));
   kernels::upsample2_scatter(exec, yp_.data(), store_->value(u.bias), batch, Index(u.out), Index(u.rows),
                              Index(u.width), s.cat[l].data(), cat);
   if (hooks_) hooks_->after_forward(u.unit);
@@ -259,10 +259,10 @@ void UNet<T>::up_backward(const ExecSpace& exec, std::size_t l, Index batch, con
   const T* w = store_->value(u.weight).data();
   for (Index b = 0; b < batch; ++b) {
     // dw [in, out*4] += x_b dyp_b^T; dx_b = w dyp_b.
-    blas::gemm(exec, blas::Op::N, blas::Op::T, u.in, int(m), int(hw), T(1), x + b * u.in * hw, int(hw),
-               yp_.data() + b * m * hw, int(hw), T(1), dw, int(m));
-    blas::gemm(exec, blas::Op::N, blas::Op::N, u.in, int(hw), int(m), T(1), w, int(m), yp_.data() + b * m * hw,
-               int(hw), T(0), dx + b * u.in * hw, int(hw));
+    blas::matmul(exec, part_.precision, blas::Op::N, blas::Op::T, u.in, int(m), int(hw), T(1), x + b * u.in * hw,
+                 int(hw), yp_.data() + b * m * hw, int(hw), T(1), dw, int(m));
+    blas::matmul(exec, part_.precision, blas::Op::N, blas::Op::N, u.in, int(hw), int(m), T(1), w, int(m),
+                 yp_.data() + b * m * hw, int(hw), T(0), dx + b * u.in * hw, int(hw));
   }
   if (hooks_) hooks_->after_backward(u.unit);
 }
@@ -274,8 +274,8 @@ void UNet<T>::head_forward(const ExecSpace& exec, Index batch, const T* x, T* ou
   kernels::fill_channels(exec, store_->value(head_bias_), batch, o, pos, out);
   const T* w = store_->value(head_weight_).data();
   for (Index b = 0; b < batch; ++b)
-    blas::gemm(exec, blas::Op::N, blas::Op::N, int(o), int(pos), int(c), T(1), w, int(c), x + b * c * pos, int(pos),
-               T(1), out + b * o * pos, int(pos));
+    blas::matmul(exec, part_.precision, blas::Op::N, blas::Op::N, int(o), int(pos), int(c), T(1), w, int(c),
+                 x + b * c * pos, int(pos), T(1), out + b * o * pos, int(pos));
   if (hooks_) hooks_->after_forward(head_unit_);
 }
 
@@ -287,10 +287,10 @@ void UNet<T>::head_backward(const ExecSpace& exec, Index batch, const T* x, cons
   T* dw = store_->grad(head_weight_).data();
   const T* w = store_->value(head_weight_).data();
   for (Index b = 0; b < batch; ++b) {
-    blas::gemm(exec, blas::Op::N, blas::Op::T, int(o), int(c), int(pos), T(1), g + b * o * pos, int(pos),
-               x + b * c * pos, int(pos), T(1), dw, int(c));
-    blas::gemm(exec, blas::Op::T, blas::Op::N, int(c), int(pos), int(o), T(1), w, int(c), g + b * o * pos, int(pos),
-               T(0), dx + b * c * pos, int(pos));
+    blas::matmul(exec, part_.precision, blas::Op::N, blas::Op::T, int(o), int(c), int(pos), T(1), g + b * o * pos,
+                 int(pos), x + b * c * pos, int(pos), T(1), dw, int(c));
+    blas::matmul(exec, part_.precision, blas::Op::T, blas::Op::N, int(c), int(pos), int(o), T(1), w, int(c),
+                 g + b * o * pos, int(pos), T(0), dx + b * c * pos, int(pos));
   }
   if (hooks_) hooks_->after_backward(head_unit_);
 }

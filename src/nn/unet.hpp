@@ -66,7 +66,8 @@ class UNet : public Network<T> {
     std::shared_ptr<Halo<T>> halo;  ///< the spatial neighbours; null: this rank holds whole fields
     bool overlap = true;            ///< compute interior rows while a halo is in flight
     ConvLibrary conv = ConvLibrary::automatic;  ///< run.conv (float only; blas/conv_library.hpp)
-    Precision precision = Precision::fp32;      ///< train.precision (fp16: im2col; bf16: blas::conv_path)
+    Precision precision = Precision::fp32;      ///< train.precision: of every product and convolution
+                                                ///< (fp16: im2col; bf16: blas::conv_path)
   };
 
   /// \brief Registers the parameters in `store` (before store.plan()); throws

@@ -243,6 +243,7 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
     p.t = part.t;
     p.tensor_sum = part.tensor_sum;
     p.recompute = cfg.train.recompute;
+    p.precision = cfg.train.precision;
     return std::make_unique<nn::Gpt<float>>(store, gpt_shape(cfg, shape), std::move(p));
   }
   nn::Mlp<float>::Part p;
@@ -251,6 +252,7 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
   p.tp = part.tp;
   p.t = part.t;
   p.tensor_sum = part.tensor_sum;
+  p.precision = cfg.train.precision;
   return std::make_unique<nn::Mlp<float>>(store, static_cast<int>(shape.in_features),
                                           cfg.model.hidden, static_cast<int>(shape.outputs),
                                           cfg.model.activation, std::move(p));

@@ -89,7 +89,8 @@ nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape);
 
 /// \brief Builds the network of the deck's model kind for chunk `chunk` of `part`, registering
 /// its parameters in `store` (nothing is allocated: plan and allocate the store, then reserve
-/// the network).
+/// the network). Every product of the network computes in train.precision, decided here once
+/// for all its layers.
 std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, const Config& cfg,
                                                  const ModelShape& shape, const ModelPart& part = {},
                                                  std::size_t chunk = 0);

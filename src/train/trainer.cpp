@@ -264,7 +264,6 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   allocate_batch(train_->info(), static_cast<std::size_t>(micro), h_inputs_, h_labels_, h_targets_,
                  inputs_, labels_, targets_);
 
-  blas::set_matmul_precision(cfg_.train.precision);
   scaler_ = std::make_unique<LossScaler>(cfg_.train.precision, cfg_.train.loss_scale,
                                          cfg_.train.loss_scale_window);
   if (!resume_path.empty()) {

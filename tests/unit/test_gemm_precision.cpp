@@ -2,7 +2,8 @@
 // rounded with kernels/precision.hpp: every precision, all transposes, padded rows, alpha and
 // beta != 1; the rounding is visible (bf16 and fp16 results differ from fp32 by about their
 // epsilon on random data, bf16 more than fp16); the cblas_sbgemm path through a stand-in; each
-// check under run.gemm = openblas and, where the build has it, onednn.
+// check under run.gemm = openblas and, where the build has it, onednn. Then blas::matmul, a layer's
+// product in its precision (C stored in it), and its forms on operands kept in bf16.
 // Matrices live in MemSpace, so a CUDA Kokkos build runs the same checks on cublasGemmEx.
 #include <gtest/gtest.h>
 
@@ -127,26 +128,18 @@ TEST(GemmPrecision, EveryPrecisionTransposePaddingAlphaBeta) {
   }
 }
 
-/// Restores fp32 as the process's GEMM precision when a test ends, passed or not.
-struct MatmulPrecision {
-  explicit MatmulPrecision(Precision p) { blas::set_matmul_precision(p); }
-  ~MatmulPrecision() { blas::set_matmul_precision(Precision::fp32); }
-};
-
-TEST(GemmPrecision, ProcessPrecisionStoresTheOutputInItAndLeavesThePaddingAlone) {
-  // train.precision's path: the plain float gemm under set_matmul_precision(p) is gemm(exec, p)
-  // with C then rounded to p, row by row at stride ldc (a strided, padded C here).
-  for (Precision pr : {Precision::bf16, Precision::fp16}) {
+TEST(GemmPrecision, MatmulStoresTheOutputInItsPrecisionAndLeavesThePaddingAlone) {
+  // train.precision's path: a layer's product, matmul(exec, p, ...), is gemm(exec, p) with C then
+  // rounded to p, row by row at stride ldc (a strided, padded C here); under fp32 it is the float
+  // gemm, bit for bit, and the float gemm stays fp32 after products in another precision.
+  for (Precision pr : kPrecisions) {
     SCOPED_TRACE(precision_name(pr));
     Product p = make(Op::N, Op::T, 19, 37, 23, 5, 1.25f, 0.5f, 900 + unsigned(pr));
     Product want = p;
     run(want, pr);  // gemm(exec, pr, ...): fp32 output
     auto d_a = test::to_device(p.a), d_b = test::to_device(p.b), d_c = test::to_device(p.c0);
-    {
-      MatmulPrecision scope(pr);
-      blas::gemm(ExecSpace(), p.ta, p.tb, p.m, p.n, p.k, p.alpha, d_a.data(), p.lda, d_b.data(), p.ldb,
-                 p.beta, d_c.data(), p.ldc);
-    }
+    blas::matmul(ExecSpace(), pr, p.ta, p.tb, p.m, p.n, p.k, p.alpha, d_a.data(), p.lda, d_b.data(), p.ldb, p.beta,
+                 d_c.data(), p.ldc);
     const std::vector<float> c = test::to_host(d_c);
     for (std::size_t e = 0; e < c.size(); ++e) {
       const bool inside = int(e % std::size_t(p.ldc)) < p.n;
@@ -154,7 +147,14 @@ TEST(GemmPrecision, ProcessPrecisionStoresTheOutputInItAndLeavesThePaddingAlone)
       ASSERT_EQ(c[e], expected) << "element " << e << (inside ? "" : " (padding)");
     }
   }
-  EXPECT_EQ(blas::matmul_precision(), Precision::fp32);
+  Product p = make(Op::T, Op::N, 11, 13, 17, 2, 0.75f, -1.0f, 950);
+  Product want = p;
+  run(want, Precision::fp32);
+  auto d_a = test::to_device(p.a), d_b = test::to_device(p.b), d_c = test::to_device(p.c0);
+  blas::gemm(ExecSpace(), p.ta, p.tb, p.m, p.n, p.k, p.alpha, d_a.data(), p.lda, d_b.data(), p.ldb, p.beta,
+             d_c.data(), p.ldc);
+  const std::vector<float> c = test::to_host(d_c);
+  EXPECT_EQ(std::memcmp(c.data(), want.c.data(), c.size() * sizeof(float)), 0) << "the float gemm is fp32";
 }
 
 /// max |x - y| / max |y|
@@ -354,26 +354,24 @@ std::vector<std::uint16_t> bf16_bits(const std::vector<float>& x) {
   return out;
 }
 
-// gemm(exec, ta, ..., Operand, Operand, ...): operands already in bf16 (a weight's copy, an
-// activation a kernel wrote in bf16) give the bits of the float gemm under bf16 on their values,
-// packed ones alongside; padded (strided) bf16 operands are right too. Where the products take no
-// bf16 operands it refuses.
+// matmul(exec, p, ta, ..., Operand, Operand, ...): operands already in bf16 (a weight's copy, an
+// activation a kernel wrote in bf16) give the bits of matmul under bf16 on their values, packed
+// ones alongside; padded (strided) bf16 operands are right too. Where the products take no bf16
+// operands (fp32 here) it refuses.
 TEST(GemmPrecision, Bf16OperandsGiveTheFloatGemmsBits) {
   if (!kHostMemory) GTEST_SKIP() << "bf16 operands are a host path";
   {
-    MatmulPrecision fp32(Precision::fp32);
-    EXPECT_FALSE(blas::bf16_operands());
+    EXPECT_FALSE(blas::bf16_operands(Precision::fp32));
     float c = 0.0f;
     const std::uint16_t one = k::to_bf16_bits(1.0f);
-    EXPECT_THROW(blas::gemm(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, blas::Operand{nullptr, &one, 1},
-                            blas::Operand{nullptr, &one, 1}, 0.0f, &c, 1),
+    EXPECT_THROW(blas::matmul(ExecSpace(), Precision::fp32, Op::N, Op::N, 1, 1, 1, 1.0f,
+                              blas::Operand{nullptr, &one, 1}, blas::Operand{nullptr, &one, 1}, 0.0f, &c, 1),
                  std::logic_error);
   }
-  MatmulPrecision bf16(Precision::bf16);
   InstalledSbgemm installed(&reference_sbgemm);  // the OpenBLAS path has a bf16 GEMM too
   for (GemmLibrary lib : libraries()) {
     GemmLibraryScope scope(lib);
-    if (!blas::bf16_operands()) continue;  // oneDNN without a bf16 matmul on this CPU
+    if (!blas::bf16_operands(Precision::bf16)) continue;  // oneDNN without a bf16 matmul on this CPU
     for (Op ta : {Op::N, Op::T}) {
       for (Op tb : {Op::N, Op::T}) {
         SCOPED_TRACE(::testing::Message() << gemm_library_name(lib) << " ta=" << op_name(ta) << " tb=" << op_name(tb));
@@ -382,14 +380,15 @@ TEST(GemmPrecision, Bf16OperandsGiveTheFloatGemmsBits) {
           auto d_a = test::to_device(p.a), d_b = test::to_device(p.b);
           auto d_a16 = test::to_device(bf16_bits(p.a)), d_b16 = test::to_device(bf16_bits(p.b));
           auto d_want = test::to_device(p.c0);
-          blas::gemm(ExecSpace(), ta, tb, p.m, p.n, p.k, p.alpha, d_a.data(), p.lda, d_b.data(), p.ldb, p.beta,
-                     d_want.data(), p.ldc);
+          blas::matmul(ExecSpace(), Precision::bf16, ta, tb, p.m, p.n, p.k, p.alpha, d_a.data(), p.lda, d_b.data(),
+                       p.ldb, p.beta, d_want.data(), p.ldc);
           const std::vector<float> want = test::to_host(d_want);
           const blas::Operand a32{d_a.data(), nullptr, p.lda}, a16{nullptr, d_a16.data(), p.lda};
           const blas::Operand b32{d_b.data(), nullptr, p.ldb}, b16{nullptr, d_b16.data(), p.ldb};
           for (const auto& [a, b] : {std::pair{a16, b32}, std::pair{a32, b16}, std::pair{a16, b16}}) {
             auto d_c = test::to_device(p.c0);
-            blas::gemm(ExecSpace(), ta, tb, p.m, p.n, p.k, p.alpha, a, b, p.beta, d_c.data(), p.ldc);
+            blas::matmul(ExecSpace(), Precision::bf16, ta, tb, p.m, p.n, p.k, p.alpha, a, b, p.beta, d_c.data(),
+                         p.ldc);
             p.c = test::to_host(d_c);
             if (pad == 0) {  // the layout of the packed copies: the same product, the same bits
               ASSERT_EQ(std::memcmp(p.c.data(), want.data(), want.size() * sizeof(float)), 0);
@@ -403,8 +402,8 @@ TEST(GemmPrecision, Bf16OperandsGiveTheFloatGemmsBits) {
     }
   }
   float c = 0.0f;
-  EXPECT_THROW(blas::gemm(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, blas::Operand{&c, nullptr, 1},
-                          blas::Operand{nullptr, nullptr, 1}, 0.0f, &c, 1),
+  EXPECT_THROW(blas::matmul(ExecSpace(), Precision::bf16, Op::N, Op::N, 1, 1, 1, 1.0f, blas::Operand{&c, nullptr, 1},
+                            blas::Operand{nullptr, nullptr, 1}, 0.0f, &c, 1),
                std::invalid_argument);
 }
 
@@ -414,26 +413,23 @@ template <class F>
 void each_bf16_library(const F& f) {
   for (GemmLibrary lib : libraries()) {
     GemmLibraryScope scope(lib);
-    if (!blas::bf16_operands()) continue;
+    if (!blas::bf16_operands(Precision::bf16)) continue;
     f(lib, blas::lowp_path(Precision::bf16) == std::string("bf16 GEMM installed by cblas::set_sbgemm"));
   }
 }
 
-// gemm_batched: a batch over two nested indices with strides of their own (a gap between items,
+// matmul_batched: a batch over two nested indices with strides of their own (a gap between items,
 // the inner items of A side by side in shared rows as the attention's head slices are) gives each item's product
 // of the bf16 values, rounded to bf16: against double sums, one bf16 step at most (fp32 sums may
 // round the other way at a tie); the stand-in sbgemm's fallback (one product per item) exactly.
-// Empty batches and k = 0 are handled; without bf16 operands it refuses.
+// Empty batches and k = 0 are handled; without bf16 operands (fp32 here) it refuses.
 TEST(GemmPrecision, BatchedBf16ProductsEqualEachItems) {
   if (!kHostMemory) GTEST_SKIP() << "bf16 operands are a host path";
   const std::uint16_t one = k::to_bf16_bits(1.0f);
   std::uint16_t out = 0;
-  {
-    MatmulPrecision fp32(Precision::fp32);
-    EXPECT_THROW(blas::gemm_batched(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, &one, 1, &one, 1, &out, 1, {}),
-                 std::logic_error);
-  }
-  MatmulPrecision bf16(Precision::bf16);
+  EXPECT_THROW(blas::matmul_batched(ExecSpace(), Precision::fp32, Op::N, Op::N, 1, 1, 1, 1.0f, &one, 1, &one, 1, &out,
+                                    1, {}),
+               std::logic_error);
   InstalledSbgemm installed(&reference_sbgemm);
   each_bf16_library([&](GemmLibrary lib, bool exact) {
     for (Op ta : {Op::N, Op::T}) {
@@ -458,8 +454,8 @@ TEST(GemmPrecision, BatchedBf16ProductsEqualEachItems) {
         auto d_a = test::to_device(a16), d_b = test::to_device(b16);
         auto d_c = test::to_device(std::vector<std::uint16_t>(c_size, untouched));
         const float alpha = 0.75f;
-        blas::gemm_batched(ExecSpace(), ta, tb, m, n, kk, alpha, d_a.data(), lda, d_b.data(), ldb, d_c.data(), ldc,
-                           batch);
+        blas::matmul_batched(ExecSpace(), Precision::bf16, ta, tb, m, n, kk, alpha, d_a.data(), lda, d_b.data(), ldb,
+                             d_c.data(), ldc, batch);
         const std::vector<std::uint16_t> c = test::to_host(d_c);
         std::vector<bool> written(c_size, false);
         for (int o = 0; o < outer; ++o)
@@ -491,26 +487,26 @@ TEST(GemmPrecision, BatchedBf16ProductsEqualEachItems) {
     // k = 0: each item is zero; an empty batch writes nothing.
     const std::uint16_t untouched = k::to_bf16_bits(-7.0f);
     std::uint16_t c2[2] = {untouched, untouched};
-    blas::gemm_batched(ExecSpace(), Op::N, Op::N, 1, 1, 0, 1.0f, &one, 1, &one, 1, c2, 1,
-                       blas::Batch{1, 2, {0, 0}, {0, 0}, {0, 1}});
+    blas::matmul_batched(ExecSpace(), Precision::bf16, Op::N, Op::N, 1, 1, 0, 1.0f, &one, 1, &one, 1, c2, 1,
+                         blas::Batch{1, 2, {0, 0}, {0, 0}, {0, 1}});
     EXPECT_EQ(c2[0], 0);
     EXPECT_EQ(c2[1], 0);
-    blas::gemm_batched(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, &one, 1, &one, 1, c2, 1, blas::Batch{0, 3});
+    blas::matmul_batched(ExecSpace(), Precision::bf16, Op::N, Op::N, 1, 1, 1, 1.0f, &one, 1, &one, 1, c2, 1,
+                         blas::Batch{0, 3});
     EXPECT_EQ(c2[0], 0);
-    EXPECT_THROW(blas::gemm_batched(ExecSpace(), Op::N, Op::N, 1, 1, 1, 1.0f, &one, 1, &one, 1, c2, 1,
-                                    blas::Batch{-1, 1}),
+    EXPECT_THROW(blas::matmul_batched(ExecSpace(), Precision::bf16, Op::N, Op::N, 1, 1, 1, 1.0f, &one, 1, &one, 1, c2,
+                                      1, blas::Batch{-1, 1}),
                  std::invalid_argument);
   });
 }
 
-// gemm with a bf16 C (the GPT's activations under bf16): each element is the fp32 sum plus the
+// matmul with a bf16 C (the GPT's activations under bf16): each element is the fp32 sum plus the
 // bias, rounded to bf16 once; against double sums exactly through the stand-in sbgemm (fp32
 // scratch, then bias and rounding), within a bf16 step through oneDNN (the primitive adds the
 // bias and rounds as it stores). The padding of C is left alone; k = 0 stores the bias; a bias
 // with alpha != 1 is refused.
 TEST(GemmPrecision, Bf16OutputAddsTheBiasAndRoundsOnce) {
   if (!kHostMemory) GTEST_SKIP() << "bf16 operands are a host path";
-  MatmulPrecision bf16(Precision::bf16);
   InstalledSbgemm installed(&reference_sbgemm);
   const std::uint16_t untouched = k::to_bf16_bits(-7.0f);
   each_bf16_library([&](GemmLibrary lib, bool exact) {
@@ -530,8 +526,8 @@ TEST(GemmPrecision, Bf16OutputAddsTheBiasAndRoundsOnce) {
           auto d_a = test::to_device(a16), d_b = test::to_device(b16);
           auto d_bias = test::to_device(bias);
           auto d_c = test::to_device(std::vector<std::uint16_t>(std::size_t(m) * ldc, untouched));
-          blas::gemm(ExecSpace(), ta, tb, m, n, kk, alpha, blas::Operand{nullptr, d_a.data(), lda},
-                     blas::Operand{nullptr, d_b.data(), ldb}, d_c.data(), ldc, with_bias ? d_bias.data() : nullptr);
+          blas::matmul(ExecSpace(), Precision::bf16, ta, tb, m, n, kk, alpha, blas::Operand{nullptr, d_a.data(), lda},
+                       blas::Operand{nullptr, d_b.data(), ldb}, d_c.data(), ldc, with_bias ? d_bias.data() : nullptr);
           const std::vector<std::uint16_t> c = test::to_host(d_c);
           for (int r = 0; r < m; ++r) {
             for (int j = 0; j < ldc; ++j) {
@@ -556,12 +552,12 @@ TEST(GemmPrecision, Bf16OutputAddsTheBiasAndRoundsOnce) {
     const std::uint16_t one = k::to_bf16_bits(1.0f);
     const float bias[2] = {0.3f, -2.5f};
     std::uint16_t c2[2] = {untouched, untouched};
-    blas::gemm(ExecSpace(), Op::N, Op::N, 1, 2, 0, 1.0f, blas::Operand{nullptr, &one, 1},
-               blas::Operand{nullptr, &one, 2}, c2, 2, bias);
+    blas::matmul(ExecSpace(), Precision::bf16, Op::N, Op::N, 1, 2, 0, 1.0f, blas::Operand{nullptr, &one, 1},
+                 blas::Operand{nullptr, &one, 2}, c2, 2, bias);
     EXPECT_EQ(c2[0], k::to_bf16_bits(0.3f));
     EXPECT_EQ(c2[1], k::to_bf16_bits(-2.5f));
-    EXPECT_THROW(blas::gemm(ExecSpace(), Op::N, Op::N, 1, 2, 1, 2.0f, blas::Operand{nullptr, &one, 1},
-                            blas::Operand{nullptr, &one, 2}, c2, 2, bias),
+    EXPECT_THROW(blas::matmul(ExecSpace(), Precision::bf16, Op::N, Op::N, 1, 2, 1, 2.0f,
+                              blas::Operand{nullptr, &one, 1}, blas::Operand{nullptr, &one, 2}, c2, 2, bias),
                  std::invalid_argument);
   });
 }

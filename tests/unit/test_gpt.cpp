@@ -98,9 +98,9 @@ TEST_P(GemmAttention, EqualsTheReferenceKernels) {
       att("att", B, H, T, T), ds("ds", B, H, T, T);
   kernels::attention_forward(exec, qkv, y_ref, att_ref);
   kernels::attention_backward(exec, qkv, att_ref, dy, d_ref, ds_ref);
-  nn::attention_forward<double>(exec, qkv, y, nn::AttentionScores<double>(att.data(), B, H, T, T));
-  nn::attention_backward<double>(exec, qkv, nn::AttentionScores<double>(att.data(), B, H, T, T), dy, d,
-                                 nn::AttentionScores<double>(ds.data(), B, H, T, T));
+  nn::attention_forward<double>(exec, Precision::fp32, qkv, y, nn::AttentionScores<double>(att.data(), B, H, T, T));
+  nn::attention_backward<double>(exec, Precision::fp32, qkv, nn::AttentionScores<double>(att.data(), B, H, T, T), dy,
+                                 d, nn::AttentionScores<double>(ds.data(), B, H, T, T));
   const auto close = [](const std::vector<double>& a, const std::vector<double>& b, const char* what) {
     ASSERT_EQ(a.size(), b.size());
     for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-12) << what << "[" << i << "]";
@@ -118,11 +118,8 @@ INSTANTIATE_TEST_SUITE_P(Gpt, GemmAttention, ::testing::Values(std::size_t(6), s
 // the probabilities and the outputs allows; the probabilities exactly zero above the diagonal.
 // T = 70: causal blocks of 32, 32 and 6 (rows whose masked chunk reaches n).
 TEST(Gpt, Bf16AttentionAgreesWithTheReference) {
-  blas::set_matmul_precision(Precision::bf16);
-  struct Restore {
-    ~Restore() { blas::set_matmul_precision(Precision::fp32); }
-  } restore;
-  if (!blas::bf16_operands()) GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
+  if (!blas::bf16_operands(Precision::bf16))
+    GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
   const ExecSpace exec;
   const std::size_t B = 2, H = 3, T = 70, C = 12, rows = B * T, hd = C / H;
   std::vector<float> qkv_h = tessera::test::random_vector<float>(rows * 3 * C, 6, -1.5, 1.5);
@@ -190,9 +187,10 @@ TEST(Gpt, Bf16LogitsAndLossAgreeWithFp32) {
     std::vector<float> next, grads;
   };
   const auto run = [&](Precision p) {
-    blas::set_matmul_precision(p);
     nn::ParamStore<float> store;
-    nn::Gpt<float> gpt(store, kTiny);
+    nn::Gpt<float>::Part part;
+    part.precision = p;
+    nn::Gpt<float> gpt(store, kTiny, part);
     store.allocate();
     store.initialize(exec, 5);
     gpt.reserve(batch);
@@ -211,12 +209,9 @@ TEST(Gpt, Bf16LogitsAndLossAgreeWithFp32) {
     }
     return r;
   };
-  struct Restore {
-    ~Restore() { blas::set_matmul_precision(Precision::fp32); }
-  } restore;
   const Run f = run(Precision::fp32);
-  blas::set_matmul_precision(Precision::bf16);
-  if (!blas::bf16_operands()) GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
+  if (!blas::bf16_operands(Precision::bf16))
+    GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
   const Run h = run(Precision::bf16);
   EXPECT_NEAR(h.loss, f.loss, 1e-2 * std::fabs(f.loss));
   EXPECT_NE(h.loss, f.loss);  // the rounding is real
