@@ -44,7 +44,9 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank) : cfg_
     std::fill_n(tiles_.back().get(), tile_, 0.0f);
   }
   mem::count_external(mem::Category::optim, static_cast<std::int64_t>(tiles_.size() * tile_ * sizeof(float)));
-  io_ = std::make_unique<StateIo>(*file_);
+  // The I/O thread starts with the first update: a resume's checkpoint probe forks this process
+  // before that, and a thread still starting (allocating) when it forks can leave the child
+  // waiting for an allocator lock for ever (seen under AddressSanitizer).
   // The reserved space reads as zeros: a fresh state, as in memory.
 }
 
@@ -96,6 +98,7 @@ void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<flo
     std::size_t first, last;  // its whole blocks in the file
     std::size_t at, stop;     // the piece's elements in it
   };
+  if (!io_) io_ = std::make_unique<StateIo>(*file_);
   const std::size_t block = StateFile::kBlock, end = state_offset + n;
   std::vector<Tile> tiles;
   for (std::size_t at = state_offset; at < end;) {
