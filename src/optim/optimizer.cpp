@@ -17,6 +17,17 @@ namespace tessera {
 
 void Optimizer::AlignedFree::operator()(float* p) const { std::free(p); }
 
+OffloadPlan offload_plan(const OptimizerConfig& cfg, std::size_t states, std::size_t n) {
+  const std::size_t block = StateFile::kBlock;
+  OffloadPlan p;
+  p.depth = cfg.offload_overlap ? 3 : 1;
+  p.padded = (n + block - 1) / block * block;
+  const auto buffer = static_cast<std::size_t>(cfg.offload_buffer_mb * 1e6 / sizeof(float));
+  const std::size_t tile = std::max<std::size_t>(1, buffer / std::max<std::size_t>(1, states) / p.depth / block) * block;
+  p.tile = std::max(block, std::min(tile, p.padded));
+  return p;
+}
+
 Optimizer::Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank) : cfg_(cfg), n_(n) {
   if (cfg.kind == OptimizerKind::adamw)
     names_ = {"exp_avg", "exp_avg_sq"};
@@ -32,11 +43,10 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank) : cfg_
   // The buffer holds `depth_` tiles of every state (the one updated, the next read, the last
   // written); a tile is whole blocks, at least one.
   const std::size_t block = StateFile::kBlock;
-  depth_ = cfg.offload_overlap ? 3 : 1;
-  const auto buffer = static_cast<std::size_t>(cfg.offload_buffer_mb * 1e6 / sizeof(float));
-  tile_ = std::max<std::size_t>(1, buffer / names_.size() / depth_ / block) * block;
+  const OffloadPlan plan = offload_plan(cfg, names_.size(), n);
+  depth_ = plan.depth;
+  tile_ = plan.tile;
   file_ = std::make_unique<StateFile>(offload_dir(cfg.offload_path), rank, names_.size(), n);
-  tile_ = std::max(block, std::min(tile_, file_->padded()));
   for (std::size_t i = 0; i < names_.size() * depth_; ++i) {
     void* p = std::aligned_alloc(block * sizeof(float), tile_ * sizeof(float));
     if (p == nullptr) throw std::bad_alloc();

@@ -17,6 +17,15 @@ namespace tessera {
 class StateFile;
 class StateIo;
 
+/// optimizer.offload = "disk": how `states` state buffers of `n` floats each stream through
+/// optimizer.offload_buffer_mb. The one rule the optimizer follows and the memory estimate asks.
+struct OffloadPlan {
+  std::size_t depth = 1;   ///< tiles of each buffer held: 3 with offload_overlap (updated, read, written)
+  std::size_t tile = 0;    ///< elements per tile: whole 4 KiB blocks, at least one, at most `padded`
+  std::size_t padded = 0;  ///< elements of each buffer on disk: n rounded up to whole blocks
+};
+OffloadPlan offload_plan(const OptimizerConfig& cfg, std::size_t states, std::size_t n);
+
 class Optimizer {
  public:
   /// \param n elements of state per buffer: the flat parameter buffer, or a ZeRO shard of it.

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "nn/attention.hpp"
+#include "optim/optimizer.hpp"
 #include "train/sharding.hpp"
 #include "train/trainer.hpp"
 
@@ -49,12 +50,11 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
   e.gradients = 4.0 * (zero >= 2 ? std::min(full + shard, shard + 2 * bucket) : zero == 1 ? full + shard : full);
   e.optimizer = 4.0 * states * (zero >= 1 ? shard : full);
   if (cfg.optimizer.offload == OptimizerOffload::disk && states > 0) {
-    // The state goes to disk; memory holds `depth` tiles of each state buffer (optim/optimizer.cpp).
-    const double block = 1024.0, depth = cfg.optimizer.offload_overlap ? 3.0 : 1.0;
-    const double tile = std::max(1.0, std::floor(cfg.optimizer.offload_buffer_mb * 1e6 / 4.0 / states / depth / block)) * block;
-    const double padded = std::ceil((zero >= 1 ? shard : full) / block) * block;
-    e.offload_disk = 4.0 * states * padded;
-    e.optimizer = 4.0 * states * depth * std::max(block, std::min(tile, padded));
+    // The state goes to disk; memory holds the optimizer's tiles of each state buffer.
+    const OffloadPlan plan = offload_plan(cfg.optimizer, static_cast<std::size_t>(states),
+                                          zero >= 1 ? store.shard_size() : store.size());
+    e.offload_disk = 4.0 * states * static_cast<double>(plan.padded);
+    e.optimizer = 4.0 * states * static_cast<double>(plan.depth * plan.tile);
   }
   const bool accumulate = zero >= 1 && cfg.parallel.micro_batches > 1 && (zero >= 2 || !cfg.comm.no_sync);
   e.comm = accumulate ? 4.0 * shard : 0.0;
