@@ -25,28 +25,32 @@ struct SgdHyper {
 /// kernels::scale pass would give, SGD's weight-decay sum may fuse the product into an FMA), and
 /// where bf16 is not empty (as long as p) each updated
 /// parameter is written there rounded to bf16 (the weights' copies that bf16 products read), so
-/// that neither costs a pass of its own over the whole model.
-struct UpdateExtras {
+/// that neither costs a pass of its own over the whole model. `Mem`: the copies' memory (the
+/// parameters' own; host memory where optimizer.offload runs the update on the host of a GPU build).
+template <class Mem = MemSpace>
+struct UpdateExtrasIn {
   double grad_factor = 1.0;
-  VectorU<std::uint16_t> bf16;
+  VectorU<std::uint16_t, Mem> bf16;
 };
+using UpdateExtras = UpdateExtrasIn<>;
 
 /// \brief Runs element(i) for every i, which updates element i and returns the parameter's new
 /// value; where extras.bf16 is not empty, that value rounded to bf16 is stored there too. The loop
 /// is written twice so that neither tests the option per element, and the copy is made from the
 /// value in hand (reading p back through to_bf16_bits' bit copy would keep the loop from being
 /// vectorised).
-template <class PView, class F>
-void update_pass(const ExecSpace& exec, const char* name, const PView& p, const UpdateExtras& x, const F& element) {
+/// `Exec`: where it runs (the default execution space, or the host's for an offloaded update).
+template <class Exec, class PView, class Mem, class F>
+void update_pass(const Exec& exec, const char* name, const PView& p, const UpdateExtrasIn<Mem>& x, const F& element) {
+  const Kokkos::RangePolicy<Exec, Kokkos::IndexType<Index>> all(exec, 0, Index(p.extent(0)));
   if (x.bf16.extent(0) > 0 && x.bf16.extent(0) != p.extent(0))
     throw std::invalid_argument(std::string(name) + ": bf16 copies of " + std::to_string(x.bf16.extent(0)) +
                                 " elements for " + std::to_string(p.extent(0)) + " parameters");
   if (x.bf16.extent(0) > 0) {
-    const VectorU<std::uint16_t> out = x.bf16;
-    Kokkos::parallel_for(name, range(exec, Index(p.extent(0))),
-                         KOKKOS_LAMBDA(const Index i) { out(i) = to_bf16_bits(element(i)); });
+    const VectorU<std::uint16_t, Mem> out = x.bf16;
+    Kokkos::parallel_for(name, all, KOKKOS_LAMBDA(const Index i) { out(i) = to_bf16_bits(element(i)); });
   } else {
-    Kokkos::parallel_for(name, range(exec, Index(p.extent(0))), KOKKOS_LAMBDA(const Index i) { element(i); });
+    Kokkos::parallel_for(name, all, KOKKOS_LAMBDA(const Index i) { element(i); });
   }
 }
 
@@ -73,9 +77,9 @@ KOKKOS_INLINE_FUNCTION void sgd_element(T& p, T grad, T& buf, T lr, T momentum, 
 }
 
 /// \brief SGD step.  p (n), grad (n), buf (n) momentum buffer (may be empty when momentum == 0).
-template <class PView, class GView, class BView>
-void sgd_step(const ExecSpace& exec, const PView& p, const GView& grad, const BView& buf,
-              const SgdHyper& h, const UpdateExtras& extras = {}) {
+template <class Exec, class PView, class GView, class BView, class Mem = MemSpace>
+void sgd_step(const Exec& exec, const PView& p, const GView& grad, const BView& buf,
+              const SgdHyper& h, const UpdateExtrasIn<Mem>& extras = {}) {
   using T = typename PView::non_const_value_type;
   const T lr = T(h.lr), momentum = T(h.momentum), wd = T(h.weight_decay), gf = T(extras.grad_factor);
   const bool nesterov = h.nesterov;
@@ -116,9 +120,9 @@ KOKKOS_INLINE_FUNCTION void adamw_element(T& p, T g, T& m, T& v, T lr, T b1, T b
 
 /// \brief AdamW step number `step` (1 for the first update).
 /// p (n), grad (n), m (n) first moment, v (n) second moment; m and v start at 0.
-template <class PView, class GView, class MView, class VView>
-void adamw_step(const ExecSpace& exec, const PView& p, const GView& grad, const MView& m,
-                const VView& v, const AdamWHyper& h, std::int64_t step, const UpdateExtras& extras = {}) {
+template <class Exec, class PView, class GView, class MView, class VView, class Mem = MemSpace>
+void adamw_step(const Exec& exec, const PView& p, const GView& grad, const MView& m,
+                const VView& v, const AdamWHyper& h, std::int64_t step, const UpdateExtrasIn<Mem>& extras = {}) {
   using T = typename PView::non_const_value_type;
   if (step < 1) throw std::invalid_argument("tessera::adamw_step: step counts from 1");
   // Bias corrections on the host, in double.

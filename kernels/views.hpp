@@ -13,6 +13,12 @@ namespace tessera {
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
 using HostSpace = Kokkos::HostSpace;
+/// Host memory a GPU copies to and from asynchronously (page-locked); plain host memory elsewhere.
+#if defined(KOKKOS_ENABLE_CUDA)
+using PinnedSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedSpace = HostSpace;
+#endif
 
 template <class T, class Mem = MemSpace>
 using Vector = Kokkos::View<T*, Kokkos::LayoutRight, Mem>;

@@ -13,6 +13,7 @@
 #include "cli/commands.hpp"
 #include "comm/agree.hpp"
 #include "comm/communicator.hpp"
+#include "core/deck.hpp"
 #include "core/error.hpp"
 #include "core/hostlist.hpp"
 #include "core/memory.hpp"
@@ -129,6 +130,11 @@ void print_estimate(const Config& cfg, const ModelShape& shape, const MemoryEsti
   if (e.offload_disk > 0)
     std::cout << fmt::format("optimizer state on disk per rank (optimizer.offload = \"disk\", under {}): {}\n",
                              offload_dir(cfg.optimizer.offload_path), megabytes(e.offload_disk));
+  if (e.offload_host > 0)
+    std::cout << fmt::format("host memory per rank beside the device's (optimizer.offload = \"{}\": {}): {}\n",
+                             to_string(cfg.optimizer.offload),
+                             e.offload_disk > 0 ? "the state's disk tiles and the staging" : "the state and the staging",
+                             megabytes(e.offload_host));
   const mem::NodeMemory node = mem::node_memory();
   std::cout << fmt::format("this node: {:.2f} GB ({}); the estimate per rank must fit the node's memory "
                            "shared by its ranks\n", node.bytes / 1e9, node.source);

@@ -17,7 +17,7 @@ enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> 
 enum class FieldNormalize { automatic, none, channel };  // automatic: channel for a unet, else none
 enum class OptimizerKind { sgd, adamw };
 /// optimizer.offload: where the optimizer state lives between steps.
-enum class OptimizerOffload { none, disk };
+enum class OptimizerOffload { none, host, disk };
 enum class ScheduleKind { constant, cosine, step, cosine_restarts };
 enum class PipelineSchedule { gpipe, one_f_one_b };
 /// parallel.zero_group: the ranks ZeRO spreads the state over (the whole replica group, or its ranks

@@ -48,10 +48,10 @@ void check_priority(const Config& cfg, const Origins& origins) {
   if (cfg.comm.allreduce != AllreduceAlgorithm::mpi)
     refuse({"comm.priority", "comm.allreduce"},
            "true sends pieces with MPI's nonblocking allreduce; set comm.allreduce = \"mpi\"");
-  if (cfg.optimizer.offload != OptimizerOffload::none)
+  if (cfg.optimizer.offload == OptimizerOffload::disk)
     refuse({"comm.priority", "optimizer.offload"},
-           "true updates bucket by bucket inside the next step's forward, which optimizer.offload does not "
-           "stream yet; set optimizer.offload = \"none\"");
+           "true updates bucket by bucket inside the next step's forward, which optimizer.offload = \"disk\" "
+           "does not stream yet; set optimizer.offload = \"none\" or \"host\"");
 }
 
 }  // namespace

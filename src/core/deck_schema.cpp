@@ -188,10 +188,10 @@ std::vector<KeySpec> build_schema() {
     optimizer.key<&O::beta2>("beta2", closed_open(0, 1), "adamw: decay of the second moment"),
     optimizer.key<&O::eps>("eps", above(0), "adamw: added to the root of the second moment"),
     optimizer.key<&O::clip_grad_norm>("clip_grad_norm", at_least(0), "clip the global gradient norm to this; 0: no clipping"),
-    optimizer.choice<&O::offload>("offload", kOptimizerOffloads, "where the optimizer state lives between steps: none (memory) or disk (a file per rank under optimizer.offload_path, streamed through optimizer.offload_buffer_mb; the same parameters bit for bit)"),
+    optimizer.choice<&O::offload>("offload", kOptimizerOffloads, "where the optimizer state lives between steps: none (with the parameters), host (a GPU build: host memory, the update run on the host with the gradients and parameters streamed through optimizer.offload_buffer_mb; a CPU build: no change) or disk (a file per rank under optimizer.offload_path, streamed through optimizer.offload_buffer_mb); the same parameters bit for bit"),
     optimizer.text<&O::offload_path>("offload_path", Text::any, "optimizer.offload = disk: directory of the per-rank state files (node-local scratch); empty: $TMPDIR, else /tmp"),
-    optimizer.key<&O::offload_buffer_mb>("offload_buffer_mb", closed(0.03, 1 << 20), "optimizer.offload = disk: host buffer the state streams through, in MB (all state buffers together)"),
-    optimizer.flag<&O::offload_overlap>("offload_overlap", "optimizer.offload = disk: read the next tile and write the last one while this one is updated (the buffer then holds three tiles of each state buffer); false: one tile at a time"),
+    optimizer.key<&O::offload_buffer_mb>("offload_buffer_mb", closed(0.03, 1 << 20), "optimizer.offload = disk or host: host buffer the state (disk) and the staged gradients and parameters (a GPU build) stream through, in MB (all streams together)"),
+    optimizer.flag<&O::offload_overlap>("offload_overlap", "optimizer.offload = disk or host: read the next tile and write the last one while this one is updated (the buffer then holds three tiles of each stream); false: one tile at a time"),
 
     schedule.choice<&S::kind>("kind", kScheduleKinds, "learning-rate schedule after the warm-up"),
     schedule.key<&S::warmup_steps>("warmup_steps", closed(0, kMaxSteps), "linear warm-up from 0 to optimizer.lr over this many steps (all kinds)"),

@@ -92,6 +92,7 @@ inline constexpr Choice<LossKind> kLossKinds[] = {{"auto", LossKind::automatic},
 inline constexpr Choice<OptimizerKind> kOptimizerKinds[] = {{"sgd", OptimizerKind::sgd},
                                                             {"adamw", OptimizerKind::adamw}};
 inline constexpr Choice<OptimizerOffload> kOptimizerOffloads[] = {{"none", OptimizerOffload::none},
+                                                                   {"host", OptimizerOffload::host},
                                                                    {"disk", OptimizerOffload::disk}};
 inline constexpr Choice<ScheduleKind> kScheduleKinds[] = {{"constant", ScheduleKind::constant},
                                                           {"cosine", ScheduleKind::cosine},

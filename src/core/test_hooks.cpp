@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 #include "core/error.hpp"
@@ -56,6 +57,11 @@ std::optional<long> fail_offload_write() {
   const char* text = value_of("TESSERA_TEST_FAIL_OFFLOAD_WRITE");
   if (text == nullptr) return std::nullopt;
   return std::atol(text);
+}
+
+bool stage_offload() {
+  const char* text = value_of("TESSERA_TEST_STAGE_OFFLOAD");
+  return text != nullptr && std::string_view(text) == "1";
 }
 
 std::optional<long> kill_in_offload_write() {

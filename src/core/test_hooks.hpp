@@ -34,6 +34,10 @@
 //   TESSERA_TEST_KILL_IN_OFFLOAD_WRITE=K
 //       world rank 1 raises SIGKILL at the K-th write to its optimizer.offload file, in the middle
 //       of an update (optim/state_file.cpp). integration/test_offload.
+//   TESSERA_TEST_STAGE_OFFLOAD=1
+//       optimizer.offload = "host" or "disk" streams the parameters and gradients through host
+//       staging tiles even where they are in host memory already, as a GPU build does (the
+//       update's copies up and down, run on a CPU build) (optim/optimizer.cpp). integration/test_offload.
 //   TESSERA_TEST_PERTURB_REPLICA=STEP
 //       replica rank 1 of each replica group adds 1e-3 to its first parameter value just before
 //       the replica check after STEP (train/replica_check.cpp). integration/test_training.
@@ -80,6 +84,8 @@ std::optional<long> fail_offload_write();
 /// \brief K of TESSERA_TEST_KILL_IN_OFFLOAD_WRITE=K (std::atol of the value), the write to the
 /// optimizer.offload file at which world rank 1 kills itself; nullopt where unset.
 std::optional<long> kill_in_offload_write();
+/// TESSERA_TEST_STAGE_OFFLOAD is set to 1.
+bool stage_offload();
 
 /// \brief STEP of TESSERA_TEST_PERTURB_REPLICA=STEP (std::atoll of the value), the step after
 /// which replica rank 1 perturbs its parameters; nullopt where unset.

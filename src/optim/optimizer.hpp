@@ -1,8 +1,11 @@
 #pragma once
 // Optimizers over the flat parameter buffer: one kernel per step for the whole model (or per piece:
-// a ZeRO shard's chunks, a bucket). The state lives in memory, or with optimizer.offload = "disk"
-// in a scratch file per rank (optim/state_file.hpp) that each update streams through a bounded
-// host buffer in tiles: the same per-element kernel on the same values, so the same bits.
+// a ZeRO shard's chunks, a bucket). The state lives with the parameters; with optimizer.offload =
+// "disk" in a scratch file per rank (optim/state_file.hpp) that each update streams through a
+// bounded host buffer in tiles; with "host" on a GPU build in host memory, the update run on the
+// host with the gradients copied down and the parameters copied up tile by tile (the same staging
+// carries a GPU build's disk offload). The same per-element kernel on the same values, so the same
+// bits.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,14 +20,24 @@ namespace tessera {
 class StateFile;
 class StateIo;
 
-/// optimizer.offload = "disk": how `states` state buffers of `n` floats each stream through
-/// optimizer.offload_buffer_mb. The one rule the optimizer follows and the memory estimate asks.
+/// optimizer.offload: how `states` state buffers of `n` floats each (on disk) and, where the
+/// parameters are not in host memory (`staged`), the parameters' and gradients' tiles stream
+/// through optimizer.offload_buffer_mb. The one rule the optimizer follows and the memory estimate
+/// asks.
 struct OffloadPlan {
-  std::size_t depth = 1;   ///< tiles of each buffer held: 3 with offload_overlap (updated, read, written)
-  std::size_t tile = 0;    ///< elements per tile: whole 4 KiB blocks, at least one, at most `padded`
-  std::size_t padded = 0;  ///< elements of each buffer on disk: n rounded up to whole blocks
+  std::size_t depth = 1;    ///< tiles of each stream held: 3 with offload_overlap (updated, read, written)
+  std::size_t tile = 0;     ///< elements per tile: whole 4 KiB blocks, at least one, at most `padded`
+  std::size_t padded = 0;   ///< elements of each buffer on disk: n rounded up to whole blocks
+  std::size_t streams = 0;  ///< float streams through the buffer: the states on disk, + 2 staged
+  bool staged = false;      ///< the parameters and gradients (and their bf16 copies) staged
+  /// Bytes of host buffer the plan holds: every stream's tiles, the bf16 copies' included.
+  double buffer_bytes() const;
 };
-OffloadPlan offload_plan(const OptimizerConfig& cfg, std::size_t states, std::size_t n);
+OffloadPlan offload_plan(const OptimizerConfig& cfg, std::size_t states, std::size_t n, bool staged = false);
+/// \brief Whether optimizer.offload streams the parameters and gradients through host tiles: on a
+/// build whose parameters are not in host memory (a GPU), or where TESSERA_TEST_STAGE_OFFLOAD
+/// asks it of a CPU build.
+bool offload_staged(const OptimizerConfig& cfg);
 
 class Optimizer {
  public:
@@ -38,7 +51,10 @@ class Optimizer {
 
   /// \brief A step in pieces: begin_step() counts it (AdamW's bias correction uses the count),
   /// then update() for each piece; a piece's state is the state's elements from state_offset on.
-  void begin_step() { ++steps_; }
+  void begin_step() {
+    ++steps_;
+    ++traffic_.steps;
+  }
   /// `extras`: a factor on the gradients and the bf16 copies written in the same pass
   /// (kernels::UpdateExtras). Offloaded: the piece's state is read, updated and written back tile by
   /// tile; InputError naming the file and the rank on an I/O error.
@@ -74,8 +90,15 @@ class Optimizer {
 
   /// The offload file, or nullptr where the state lives in memory.
   StateFile* offload_file() const { return file_.get(); }
-  /// "memory", or where and how the offloaded state streams, for the run log.
+  /// Where the state lives and how it streams, for the run log ("memory", "host, ...", "disk, ...").
   std::string describe_offload() const;
+  /// What this process's updates read from and wrote to the offload file, their seconds (the tile
+  /// loops' wall time, I/O waits, copies and updates together) and the steps they made.
+  struct Traffic {
+    double read = 0, written = 0, seconds = 0;
+    std::int64_t steps = 0;
+  };
+  const Traffic& traffic() const { return traffic_; }
 
  private:
   struct AlignedFree {
@@ -85,12 +108,18 @@ class Optimizer {
   std::size_t n_ = 0;
   std::int64_t steps_ = 0;
   std::vector<std::string> names_;
-  std::vector<Vector<float>> states_;  // in memory
-  std::unique_ptr<StateFile> file_;    // offloaded
+  std::vector<Vector<float>> states_;  // with the parameters
+  std::vector<Kokkos::View<float*, PinnedSpace>> host_states_;  // optimizer.offload = "host", staged
+  std::unique_ptr<StateFile> file_;    // optimizer.offload = "disk"
   std::unique_ptr<StateIo> io_;        // its reads and writes, beside the updates
   std::size_t tile_ = 0;               // elements per state per tile
   std::size_t depth_ = 1;              // tiles per state in the buffer: 3 with offload_overlap
   std::vector<std::unique_ptr<float, AlignedFree>> tiles_;  // tile b of state s at s * depth_ + b
+  bool staged_ = false;  // parameters and gradients copied through host tiles
+  // Staging, tile b at b: the parameters', the gradients' and the bf16 copies'.
+  std::vector<Kokkos::View<float*, PinnedSpace>> stage_p_, stage_g_;
+  std::vector<Kokkos::View<std::uint16_t*, PinnedSpace>> stage_bf16_;
+  Traffic traffic_;
 };
 
 }  // namespace tessera

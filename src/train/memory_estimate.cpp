@@ -49,12 +49,19 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
   e.parameters = 4.0 * (zero >= 3 ? std::min(full, shard + bucket) : full);
   e.gradients = 4.0 * (zero >= 2 ? std::min(full + shard, shard + 2 * bucket) : zero == 1 ? full + shard : full);
   e.optimizer = 4.0 * states * (zero >= 1 ? shard : full);
-  if (cfg.optimizer.offload == OptimizerOffload::disk && states > 0) {
-    // The state goes to disk; memory holds the optimizer's tiles of each state buffer.
-    const OffloadPlan plan = offload_plan(cfg.optimizer, static_cast<std::size_t>(states),
-                                          zero >= 1 ? store.shard_size() : store.size());
-    e.offload_disk = 4.0 * states * static_cast<double>(plan.padded);
-    e.optimizer = 4.0 * states * static_cast<double>(plan.depth * plan.tile);
+  const bool disk = cfg.optimizer.offload == OptimizerOffload::disk && states > 0;
+  const bool staged = offload_staged(cfg.optimizer);
+  if (disk || staged) {
+    // The optimizer's own rule: the state on disk (memory holds its tiles) or in host memory, and
+    // where the parameters are not in host memory, their staged tiles.
+    const std::size_t n = zero >= 1 ? store.shard_size() : store.size();
+    const OffloadPlan plan = offload_plan(cfg.optimizer, static_cast<std::size_t>(states), n, staged);
+    if (disk) e.offload_disk = 4.0 * states * static_cast<double>(plan.padded);
+    e.optimizer = plan.buffer_bytes() + (disk ? 0.0 : 4.0 * states * static_cast<double>(n));
+    if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+      e.offload_host = e.optimizer;  // beside the device's memory
+      e.optimizer = 0;
+    }
   }
   const bool accumulate = zero >= 1 && cfg.parallel.micro_batches > 1 && (zero >= 2 || !cfg.comm.no_sync);
   e.comm = accumulate ? 4.0 * shard : 0.0;
@@ -103,6 +110,12 @@ namespace {
 // may have). Where moving the optimizer state to disk alone would fit, that first.
 std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room) {
   const double buffer = cfg.optimizer.offload_buffer_mb * 1e6;
+  // A GPU build: the state in host memory takes it off the device (the staging stays in host memory too).
+  if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible && cfg.optimizer.offload == OptimizerOffload::none &&
+      e.optimizer > 0 && e.total() - e.optimizer <= room)
+    return fmt::format("set optimizer.offload = \"host\" (about {:.1f} MB per rank on the device then; the {:.1f} MB "
+                       "of optimizer state per rank go to host memory)",
+                       (e.total() - e.optimizer) / 1e6, e.optimizer / 1e6);
   if (cfg.optimizer.offload == OptimizerOffload::none && e.optimizer > buffer &&
       e.total() - e.optimizer + buffer <= room)
     return fmt::format("set optimizer.offload = \"disk\" (about {:.1f} MB per rank then; the {:.1f} MB of optimizer "

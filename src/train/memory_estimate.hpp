@@ -16,6 +16,10 @@ struct MemoryEstimate {
   /// optimizer.offload = "disk": the optimizer state in the rank's scratch file (optimizer then
   /// counts only the buffer it streams through); not part of total().
   double offload_disk = 0;
+  /// optimizer.offload where the parameters are not in host memory (a GPU build): the host memory
+  /// beside the device's, per rank (the state, or its disk tiles, and the staging); not part of
+  /// total(), which is then the device's.
+  double offload_host = 0;
   std::int64_t micro_batch = 0;      ///< rows of the largest micro-batch
   std::int64_t eval_batch = 0;       ///< rows of the largest evaluation batch
   std::size_t parameter_count = 0;   ///< of the whole model

@@ -312,7 +312,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   out_->log(fmt::format("exchange: {} bucket(s) of about {} MB, overlap {}, no_sync {}, {}",
                         store.buckets().size(), cfg_.comm.bucket_mb, cfg_.comm.overlap,
                         cfg_.comm.no_sync, sharding_->describe()));
-  if (step_->optimizer().offload_file() != nullptr)
+  if (cfg_.optimizer.offload != OptimizerOffload::none)
     out_->log("optimizer state (rank 0): " + step_->optimizer().describe_offload());
   out_->log(comm_.describe_backend());
   out_->log(describe(threads));
@@ -628,12 +628,26 @@ nlohmann::json Trainer::summary(const std::string& status) const {
     j["test_rel_l2"] = last_eval_step_ >= 0 ? nlohmann::json(last_eval_.rel_l2) : nlohmann::json(nullptr);
   report_.add_to_summary(j, cfg_, comm_, model_->halo() != nullptr, tokens_per_sample());  // collective
   j["layout"] = comm_.layout(cfg_.parallel.zero);
-  if (const StateFile* file = step_->optimizer().offload_file()) {
-    // Bytes this rank moved to and from its offload file (updates, checkpoints, resume), all ranks summed.
-    double bytes[2] = {file->bytes_read(), file->bytes_written()};
-    comm_.allreduce_sum(bytes, 2, Group::world);
-    j["optimizer_offload"] = {{"kind", "disk"}, {"direct_io_rank0", file->direct()},
-                              {"bytes_read", bytes[0]}, {"bytes_written", bytes[1]}};
+  if (cfg_.optimizer.offload != OptimizerOffload::none) {
+    // Bytes this rank moved to and from its offload file (updates, checkpoints, resume), the
+    // updates' share per step and their rate; all ranks summed (collective).
+    const Optimizer& opt = step_->optimizer();
+    const StateFile* file = opt.offload_file();
+    const Optimizer::Traffic& t = opt.traffic();
+    double sums[6] = {file ? file->bytes_read() : 0.0, file ? file->bytes_written() : 0.0, t.read, t.written, t.seconds,
+                      static_cast<double>(t.steps)};
+    comm_.allreduce_sum(sums, 6, Group::world);
+    nlohmann::json o = {{"kind", std::string(to_string(cfg_.optimizer.offload))},
+                        {"staged", offload_staged(cfg_.optimizer)},
+                        {"bytes_read", sums[0]},
+                        {"bytes_written", sums[1]}};
+    if (file) o["direct_io_rank0"] = file->direct();
+    const double steps = sums[5] / comm_.size();  // each rank counts every step it updated
+    o["update_bytes_read_per_step"] = steps > 0 ? nlohmann::json(sums[2] / steps) : nlohmann::json(nullptr);
+    o["update_bytes_written_per_step"] = steps > 0 ? nlohmann::json(sums[3] / steps) : nlohmann::json(nullptr);
+    // Per rank: its bytes over its seconds in the updates' tile loops (I/O waits included).
+    o["update_gb_per_s_per_rank"] = sums[4] > 0 ? nlohmann::json((sums[2] + sums[3]) / sums[4] / 1e9) : nlohmann::json(nullptr);
+    j["optimizer_offload"] = o;
   }
   j["precision"] = precision_name(cfg_.train.precision);
   if (scaler_ && scaler_->enabled()) {

@@ -3,7 +3,8 @@
 // ahead and written behind by the I/O thread, and ZeRO's chunks start mid-tile). The parameters and the state after every step are those of the in-memory run, bit for
 // bit (`tessera diff --tolerance 0` on the checkpoints, the losses equal); checkpoints move between
 // offloaded and in-memory runs; a bad offload path stops the run before its first step; a write
-// failing mid-run stops every rank with the newest checkpoint intact and resumable.
+// failing mid-run stops every rank with the newest checkpoint intact and resumable. With "host"
+// (a GPU build's state in host memory) the same, the GPU build's staging run on this CPU.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "run_helpers.hpp"
 
@@ -33,19 +35,38 @@ void expect_same_bits(const std::string& a, const std::string& b) {
   EXPECT_NE(d.output.find("tolerance 0: passed"), std::string::npos) << d.output;
 }
 
-// The same deck in memory and offloaded to disk.
-void expect_disk_equals_memory(const std::string& name, int ranks, const std::string& args_of_dir) {
-  const std::string mem = fresh_dir(name + "_mem"), off = fresh_dir(name + "_disk");
+// The same deck in memory and offloaded (`offload`: the deck's settings; `env`: before the
+// command), its log saying `says`.
+void expect_offload_equals_memory(const std::string& name, int ranks, const std::string& args_of_dir,
+                                  const std::string& offload = disk, const std::string& says = "disk",
+                                  const std::string& env = "") {
+  const std::string mem = fresh_dir(name + "_mem"), off = fresh_dir(name + "_off");
   const RunResult a = tessera(ranks, fmt::format(fmt::runtime(args_of_dir), mem, ""));
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  const RunResult b = tessera(ranks, fmt::format(fmt::runtime(args_of_dir), off, disk));
+  const RunResult b = shell(env + tessera_command(ranks, fmt::format(fmt::runtime(args_of_dir), off, offload)));
   ASSERT_EQ(b.exit_code, 0) << b.output;
-  EXPECT_NE(b.output.find("optimizer state (rank 0): disk"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("optimizer state (rank 0): " + says), std::string::npos) << b.output;
   EXPECT_EQ(train_losses(mem), train_losses(off));
   for (int step : {10, 30}) expect_same_bits(ckpt(mem, step), ckpt(off, step));
+  // summary.json: what the updates moved per step; on disk each step reads and writes every
+  // state's blocks once (the rank's state, padded to 4 KiB blocks, per state buffer).
+  const auto summary = nlohmann::json::parse(read_file(off + "/summary.json"))["optimizer_offload"];
+  EXPECT_EQ(summary["kind"], offload.find("offload=host") != std::string::npos ? "host" : "disk") << summary;
+  EXPECT_EQ(summary["staged"], !env.empty()) << summary;
+  if (says.starts_with("disk")) {
+    EXPECT_GT(summary["update_bytes_written_per_step"].get<double>(), 0.0) << summary;
+    EXPECT_EQ(summary["update_bytes_read_per_step"], summary["update_bytes_written_per_step"]) << summary;
+    EXPECT_GT(summary["update_gb_per_s_per_rank"].get<double>(), 0.0) << summary;
+  } else {
+    EXPECT_EQ(summary["update_bytes_written_per_step"], 0.0) << summary;
+  }
   // Scratch: nothing of the run is left in the offload directory.
   for (const auto& e : fs::directory_iterator(fs::temp_directory_path()))
     EXPECT_EQ(e.path().filename().string().find("tessera-optimizer-state"), std::string::npos) << e.path();
+}
+
+void expect_disk_equals_memory(const std::string& name, int ranks, const std::string& args_of_dir) {
+  expect_offload_equals_memory(name, ranks, args_of_dir);
 }
 
 std::string mlp(const std::string& extra) {
@@ -91,6 +112,28 @@ TEST(Offload, GptAndUnetGiveTheBitsOfMemory) {
                                 " --set eval.batch=8 --set parallel.spatial=2 --set parallel.zero=1"));
 }
 
+// optimizer.offload = "host" keeps a GPU build's state in host memory and runs the update there,
+// the parameters and gradients copied down and up in tiles. On this CPU build the key changes
+// nothing (and says so); TESSERA_TEST_STAGE_OFFLOAD=1 makes the CPU build stage them as a GPU
+// build does, so the tile loop, its copies and the bf16 copies' staging run here.
+TEST(Offload, HostGivesTheBitsOfMemoryStagedAsOnAGpu) {
+  const std::string host = " --set optimizer.offload=host --set optimizer.offload_buffer_mb=0.05";
+  const std::string staged = "TESSERA_TEST_STAGE_OFFLOAD=1 ";
+  expect_offload_equals_memory("host_cpu", 1, mlp(adamw), host, "host: this build keeps the parameters in host memory");
+  expect_offload_equals_memory("host_staged_bf16", 2, mlp(adamw + " --set train.precision=bf16"), host,
+                               "host, 2 state buffer(s)", staged);
+  expect_offload_equals_memory("host_staged_sgd_zero3_micro", 2,
+                               mlp("--set parallel.zero=3 --set parallel.micro_batches=2 --set comm.bucket_mb=0.005"),
+                               host + " --set optimizer.offload_overlap=false", "host, 1 state buffer(s)", staged);
+  // A GPU build's disk offload: the state from the file, the parameters staged.
+  expect_offload_equals_memory("disk_staged", 2, mlp(adamw + " --set optimizer.clip_grad_norm=0.5"), disk,
+                               "disk, 2 state buffer(s)", staged);
+  // Four ranks: data 2 x tensor 2, ZeRO 3, bf16, the state on disk.
+  expect_offload_equals_memory("disk_dp2_tp2_zero3_bf16", 4,
+                               mlp(adamw + " --set parallel.tensor=2 --set parallel.zero=3 --set train.precision=bf16 "
+                                           "--set comm.bucket_mb=0.005"));
+}
+
 TEST(Offload, CheckpointsMoveBetweenDiskAndMemory) {
   const std::string whole = fresh_dir("whole");
   ASSERT_EQ(tessera(2, train_args(whole, adamw)).exit_code, 0);
@@ -115,6 +158,15 @@ TEST(Offload, AnUnusableOffloadPathStopsTheRunBeforeItsFirstStep) {
     EXPECT_FALSE(fs::exists(dir + "/log.txt"));
     EXPECT_FALSE(fs::exists(dir + "/metrics.csv"));
   }
+  // A disk too small for the state: a 0.6 MB file system (in a mount namespace of its own) for two
+  // ranks' 0.43 MB each; the space is reserved when the optimizer is built, so one rank's
+  // reservation fails there, before the first step.
+  const std::string small = fresh_dir("small_disk"), full = fresh_dir("full_offload");
+  const RunResult r = shell(fmt::format("unshare -m sh -c 'mount -t tmpfs -o size=600k tessera-test {} && {}'", small,
+                                        tessera_command(2, train_args(full, adamw + disk + " --set optimizer.offload_path=" + small))));
+  expect_input_error(r, "optimizer.offload_path: cannot reserve 0.4 MB");
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(full + "/log.txt"));
   // comm.priority updates inside the next forward, which the offload does not stream.
   expect_input_error(tessera(1, train_args(fresh_dir("offload_priority"), disk + " --set comm.priority=true")),
                      "optimizer.offload");
