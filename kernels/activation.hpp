@@ -3,6 +3,7 @@
 //   relu(z) = max(z, 0);                 relu'(z) = [z > 0]
 //   gelu(z) = z Phi(z) = z/2 (1 + erf(z/sqrt 2))   (exact form, PyTorch nn.GELU's default)
 //   gelu'(z) = Phi(z) + z exp(-z^2/2)/sqrt(2 pi)
+//   gelu_tanh(z) = z/2 (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3)))   (GPT-2's; the gpt's option)
 // In float, Phi is math::vnormal_cdf's tail form (no cancellation for negative z).
 // Backward kernels take the pre-activation z (gelu_backward_saved: the derivative its forward
 // kept), so dz may alias dy (in-place backward).
@@ -51,6 +52,29 @@ KOKKOS_INLINE_FUNCTION void gelu_with_derivative(T z, T& y, T& dydz) {
   const T cdf = math::vnormal_cdf(x, e);
   y = z * cdf;
   dydz = cdf + z * (inv_sqrt_2pi * e);
+}
+
+/// GPT-2's GELU, the tanh form: z/2 (1 + tanh(u)), u = sqrt(2/pi) (z + 0.044715 z^3), computed as
+/// z s with s = (1 + tanh u)/2 = 1/(1 + exp(-2u)): nothing cancels where tanh u is near -1. -2u is
+/// clamped at 80 (exp stays finite; there s < 2e-35 and y is 0 to within 1e-33 |z|).
+///   gelu_tanh'(z) = s + z s (1 - s) 2 sqrt(2/pi) (1 + 3 0.044715 z^2), with 1 - s = exp(-2u) s.
+template <class T>
+KOKKOS_INLINE_FUNCTION void gelu_tanh_with_derivative(T z, T& y, T& dydz) {
+  const T c = T(0.79788456080286535588);  // sqrt(2/pi)
+  const T a = T(0.044715);
+  const T z2 = z * z;
+  const T m2u = T(-2) * c * z * (T(1) + a * z2);
+  const T e = math::vexp(m2u < T(80) ? m2u : T(80));
+  const T s = T(1) / (T(1) + e);
+  y = z * s;
+  dydz = s + z * s * (e * s) * (T(2) * c * (T(1) + T(3) * a * z2));
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T gelu_tanh(T z) {
+  T y, d;
+  gelu_tanh_with_derivative(z, y, d);
+  return y;
 }
 
 /// \brief y = relu(z).  z (n), y (n); y may alias z. y may be a bf16 buffer (std::uint16_t bit
@@ -114,10 +138,21 @@ void activation_backward_twice(const ExecSpace& exec, const ZView& z, const DyVi
 /// needed). z may be a bf16 buffer (read as its float values: a product stored in bf16). y may be
 /// a bf16 buffer (std::uint16_t bit patterns): it gets the values rounded to
 /// bf16 (kernels/precision.hpp's stored()); d stays in the precision of the computation.
+/// `tanh`: GPT-2's tanh form (gelu_tanh_with_derivative) instead of the exact one.
 template <class BView, class ZView, class YView, class DView>
 void gelu_forward_saving_derivative(const ExecSpace& exec, const BView& b, const ZView& z, const YView& y,
-                                    const DView& d) {
+                                    const DView& d, bool tanh = false) {
   using T = typename DView::non_const_value_type;
+  if (tanh) {
+    const auto element = KOKKOS_LAMBDA(const Index i, const Index j) {
+      T yij, dij;
+      gelu_tanh_with_derivative(T(loaded(z(i, j)) + b(j)), yij, dij);
+      stored(y(i, j)) = yij;
+      d(i, j) = dij;
+    };
+    for_rows("tessera::gelu_tanh_forward_saving_derivative", exec, Index(d.extent(0)), Index(d.extent(1)), element);
+    return;
+  }
   const auto element = KOKKOS_LAMBDA(const Index i, const Index j) {
     T yij, dij;
     gelu_with_derivative(T(loaded(z(i, j)) + b(j)), yij, dij);

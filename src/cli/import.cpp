@@ -7,9 +7,12 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/export.hpp"
 #include "cli/export_state.hpp"
@@ -22,6 +25,7 @@
 #include "io/checkpoint_file.hpp"
 #include "io/dataset.hpp"
 #include "io/safetensors.hpp"
+#include "kernels/layernorm.hpp"
 #include "optim/optimizer.hpp"
 #include "train/field_norm.hpp"
 #include "train/trainer.hpp"
@@ -61,6 +65,23 @@ const io::SafetensorsEntry& expect(const io::SafetensorsFile& file, const std::s
   return *e;
 }
 
+// Tensors of Hugging Face GPT-2 files that are not parameters: the attention's causal-mask buffers
+// (`h.<i>.attn.bias` [1, 1, n, n] and `attn.masked_bias`, in older files) and a head that repeats
+// the token embedding (`lm_head.weight`, tied: checked to be equal). Anything else is the
+// model's or an error.
+bool ignored(const io::SafetensorsFile& file, const io::SafetensorsEntry& e, const Config& cfg) {
+  if (cfg.model.kind != ModelKind::gpt) return false;
+  const bool buffer = (e.name.ends_with(".attn.bias") && e.shape.size() == 4) || e.name.ends_with(".attn.masked_bias");
+  if (buffer) return true;
+  if (e.name != "lm_head.weight") return false;
+  const io::SafetensorsEntry* wte = file.find("transformer.wte.weight");
+  if (wte == nullptr) wte = file.find("wte.weight");
+  if (wte == nullptr || wte->shape != e.shape || file.read(*wte) != file.read(e))
+    throw InputError(fmt::format("{}: tensor lm_head.weight differs from the token embedding; Tessera's gpt ties its "
+                                 "head to wte (a model with an untied head cannot be imported)", file.path()));
+  return true;
+}
+
 // Every tensor of the checkpoint, matched against the file: the model's in order, then each state
 // of each parameter (from the file with_state, else zeros); nothing else may be in the file.
 std::vector<Planned> plan(const io::SafetensorsFile& file, const std::vector<TensorMapping>& map,
@@ -81,7 +102,7 @@ std::vector<Planned> plan(const io::SafetensorsFile& file, const std::vector<Ten
       used.insert(name);
     }
   for (const io::SafetensorsEntry& e : file.entries())
-    if (!used.count(e.name))
+    if (!used.count(e.name) && !ignored(file, e, cfg))
       throw InputError(fmt::format("{}: tensor {} is not part of the model of {}{}", file.path(), e.name, deck,
                                    e.name.starts_with("optimizer/")
                                        ? fmt::format(" (optimizer.kind = \"{}\" keeps {})", opt.kind_name(),
@@ -120,6 +141,70 @@ std::optional<nn::FieldNorm> import_norm(const io::SafetensorsFile& file, const 
   return norm;
 }
 
+// Hugging Face's config.json beside a GPT-2 file: every setting the deck also fixes must agree
+// (one line naming both values otherwise); settings Tessera's gpt does not have are refused.
+void check_hf_config(const std::string& file, const Config& cfg, const ModelShape& shape) {
+  const std::filesystem::path path = std::filesystem::path(file).parent_path() / "config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  nlohmann::json j;
+  try {
+    std::ifstream in(path);
+    if (!in) throw InputError(fmt::format("{}: cannot be read", path.string()));
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not JSON: {}", path.string(), e.what()));
+  }
+  const std::string where = path.string(), deck = cfg.deck_path;
+  if (!j.is_object()) throw InputError(fmt::format("{}: not a JSON object", where));
+  const auto number = [&](const char* key) -> std::optional<double> {
+    if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+    if (!j[key].is_number()) throw InputError(fmt::format("{}: {} is {}; expected a number", where, key, j[key].dump()));
+    return j[key].get<double>();
+  };
+  if (j.contains("model_type") && j["model_type"] != "gpt2")
+    throw InputError(fmt::format("{}: model_type = {}; Tessera's gpt imports \"gpt2\" models", where, j["model_type"].dump()));
+  const auto agree_int = [&](const char* key, double deck_value, const char* deck_key) {
+    const auto v = number(key);
+    if (v && *v != deck_value)
+      throw InputError(fmt::format("{}: {} = {}, but the deck {} has {} = {}", where, key, *v, deck, deck_key, deck_value));
+  };
+  const auto& m = cfg.model;
+  agree_int("n_embd", m.width, "model.width");
+  agree_int("n_head", m.heads, "model.heads");
+  agree_int("n_layer", m.layers, "model.layers");
+  agree_int("n_positions", m.context, "model.context");
+  agree_int("vocab_size", static_cast<double>(shape.outputs), "the data's vocab_size");
+  if (const auto inner = number("n_inner"); inner && *inner != 4.0 * m.width)
+    throw InputError(fmt::format("{}: n_inner = {}; Tessera's gpt has an MLP 4 x model.width = {} wide", where, *inner,
+                                 4 * m.width));
+  if (const auto eps = number("layer_norm_epsilon"); eps && *eps != kernels::layernorm_eps)
+    throw InputError(fmt::format("{}: layer_norm_epsilon = {}; Tessera's LayerNorm uses {}", where, *eps,
+                                 kernels::layernorm_eps));
+  if (j.contains("activation_function")) {
+    const std::string a = j["activation_function"].is_string() ? j["activation_function"].get<std::string>() : j["activation_function"].dump();
+    const std::optional<GeluApproximate> form =
+        a == "gelu" ? std::optional(GeluApproximate::none)
+                    : (a == "gelu_new" || a == "gelu_pytorch_tanh") ? std::optional(GeluApproximate::tanh) : std::nullopt;
+    if (!form)
+      throw InputError(fmt::format("{}: activation_function = \"{}\"; Tessera's gpt has \"gelu\" (exact) and "
+                                   "\"gelu_new\" (GPT-2's tanh form)", where, a));
+    if (*form != m.gelu_approximate)
+      throw InputError(fmt::format("{}: activation_function = \"{}\" ({} GELU), but the deck {} has "
+                                   "model.gelu_approximate = \"{}\"; set it to \"{}\"",
+                                   where, a, *form == GeluApproximate::tanh ? "the tanh" : "the exact", deck,
+                                   to_string(m.gelu_approximate), to_string(*form)));
+  }
+  const auto flag = [&](const char* key, bool expected) {
+    if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>() != expected)
+      throw InputError(fmt::format("{}: {} = {}; Tessera's gpt has {} = {}", where, key, !expected, key, expected));
+  };
+  flag("tie_word_embeddings", true);
+  flag("scale_attn_weights", true);
+  flag("scale_attn_by_inverse_layer_idx", false);
+  flag("add_cross_attention", false);
+}
+
 }  // namespace
 
 int import_checkpoint(const ImportArgs& args) {
@@ -145,8 +230,15 @@ int import_checkpoint(const ImportArgs& args) {
       throw InputError(fmt::format("--out {}: exists; import writes a new checkpoint (remove it or name another)",
                                    args.out));
     file = std::make_unique<io::SafetensorsFile>(args.file);
-    const bool hf = cfg.model.kind == ModelKind::gpt && file->find("transformer.wte.weight") != nullptr;
-    map = tensor_map(cfg, logical_params(cfg, shape), hf ? Naming::hf_gpt2 : Naming::torch);
+    // Hugging Face's names: GPT2LMHeadModel's (`transformer.h.0...`) or GPT2Model's, as the
+    // original GPT-2 weights are published (`h.0...`, no prefix).
+    const bool gpt = cfg.model.kind == ModelKind::gpt;
+    const bool lm_head = gpt && file->find("transformer.wte.weight") != nullptr;
+    const bool bare = gpt && !lm_head && file->find("wte.weight") != nullptr && file->find("h.0.ln_1.weight") != nullptr;
+    map = tensor_map(cfg, logical_params(cfg, shape), lm_head || bare ? Naming::hf_gpt2 : Naming::torch);
+    if (bare)
+      for (TensorMapping& t : map) t.exported = t.exported.substr(std::string("transformer.").size());
+    if (lm_head || bare) check_hf_config(args.file, cfg, shape);
     // Optimizer state, or the train state an --optimizer export of a stateless optimizer carries.
     const bool with_state =
         file->metadata().count(std::string(kMetaTrain) + "step") > 0 ||

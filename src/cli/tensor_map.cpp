@@ -156,7 +156,8 @@ std::string model_json(const Config& cfg, const ModelShape& shape, const std::ve
     j["vocab_size"] = shape.outputs;
     j["mlp_hidden"] = 4 * m.width;
     j["activation"] = "gelu";
-    j["gelu_approximate"] = "none";  // exact erf form: PyTorch's nn.GELU(approximate="none")
+    // PyTorch's nn.GELU(approximate=...): "none" the exact erf form, "tanh" GPT-2's.
+    j["gelu_approximate"] = to_string(m.gelu_approximate);
     j["layer_norm_eps"] = kernels::layernorm_eps;
     j["attention_scale"] = 1.0 / std::sqrt(static_cast<double>(m.width / m.heads));
     j["qkv"] = "attn.qkv.weight [3C, C] = the q, k, v projections' rows stacked; bias [3C] likewise";
@@ -203,7 +204,8 @@ std::string hf_gpt2_config(const Config& cfg, std::int64_t vocab) {
   j["n_layer"] = m.layers;
   j["n_head"] = m.heads;
   j["n_inner"] = nullptr;  // 4 n_embd
-  j["activation_function"] = "gelu";  // exact erf GELU (GPT-2's own is "gelu_new", the tanh form)
+  // The exact erf GELU is transformers' "gelu"; GPT-2's own tanh form its "gelu_new".
+  j["activation_function"] = m.gelu_approximate == GeluApproximate::tanh ? "gelu_new" : "gelu";
   j["layer_norm_epsilon"] = kernels::layernorm_eps;
   j["resid_pdrop"] = 0.0;
   j["embd_pdrop"] = 0.0;

@@ -44,7 +44,7 @@ std::string model_json(const Config& cfg, const ModelShape& shape, const std::ve
                        Naming naming, const std::map<std::string, std::string>& metadata);
 
 /// \brief Hugging Face's config.json for a gpt: GPT2LMHeadModel with n_embd = width, n_head,
-/// n_layer, n_positions = context, vocab_size, exact GELU ("gelu"), eps 1e-5, no dropout.
+/// n_layer, n_positions = context, vocab_size, the GELU ("gelu" exact, "gelu_new" tanh), eps 1e-5, no dropout.
 std::string hf_gpt2_config(const Config& cfg, std::int64_t vocab);
 
 }  // namespace tessera::cli

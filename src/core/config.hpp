@@ -13,6 +13,8 @@ namespace tessera {
 
 enum class ModelKind { mlp, cnn, gpt, unet };
 enum class Activation { relu, gelu };
+/// model.gelu_approximate: the gpt's GELU, exact (erf) or GPT-2's tanh form (PyTorch's nn.GELU(approximate=...)).
+enum class GeluApproximate { none, tanh };
 enum class LossKind { automatic, cross_entropy, mse };  // automatic: labels -> CE, targets -> MSE
 enum class FieldNormalize { automatic, none, channel };  // automatic: channel for a unet, else none
 enum class OptimizerKind { sgd, adamw };
@@ -55,6 +57,7 @@ struct ModelConfig {
   ModelKind kind = ModelKind::mlp;
   std::vector<int> hidden = {512, 512};  ///< mlp; cnn: the linear layers after the convolutions
   Activation activation = Activation::relu;
+  GeluApproximate gelu_approximate = GeluApproximate::none;  ///< gpt: the MLP's GELU
   LossKind loss = LossKind::automatic;
   std::vector<int> channels = {32, 64};  ///< cnn: output channels of each conv (3x3, pad 1) + ReLU + 2x2 max-pool; unet: channels of each level
   int kernel = 3;                        ///< cnn, unet: square convolution kernel (odd; padding kernel/2)

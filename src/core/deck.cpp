@@ -343,6 +343,7 @@ std::vector<std::string> deck_keys() {
 std::string_view to_string(ModelKind v) { return name_in(deck::kModelKinds, v); }
 std::string_view to_string(Precision v) { return name_in(deck::kPrecisions, v); }
 std::string_view to_string(Activation v) { return name_in(deck::kActivations, v); }
+std::string_view to_string(GeluApproximate v) { return name_in(deck::kGeluApproximates, v); }
 std::string_view to_string(LossKind v) { return name_in(deck::kLossKinds, v); }
 std::string_view to_string(FieldNormalize v) { return name_in(deck::kFieldNormalize, v); }
 std::string_view to_string(OptimizerKind v) { return name_in(deck::kOptimizerKinds, v); }

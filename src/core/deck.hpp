@@ -46,6 +46,7 @@ std::vector<std::string> deck_keys();
 std::string_view to_string(ModelKind v);
 std::string_view to_string(Precision v);
 std::string_view to_string(Activation v);
+std::string_view to_string(GeluApproximate v);
 std::string_view to_string(LossKind v);
 std::string_view to_string(FieldNormalize v);
 std::string_view to_string(OptimizerKind v);

@@ -149,6 +149,10 @@ void resolve_layout(Config& cfg, int world_size) {
                                             "every hidden width must be a multiple of parallel.tensor",
                                             p.tensor, i, cfg.model.hidden[i]));
   }
+  if (!gpt && cfg.model.gelu_approximate != GeluApproximate::none)
+    fail("model.gelu_approximate", fmt::format("\"{}\" chooses the gpt's GELU; model.kind = \"{}\" uses the exact "
+                                               "one (model.activation = \"gelu\"); set it to \"none\"",
+                                               to_string(cfg.model.gelu_approximate), to_string(cfg.model.kind)));
   const bool unet = cfg.model.kind == ModelKind::unet;
   if (cfg.model.kind == ModelKind::cnn && p.pipeline > 1)
     fail("parallel.pipeline", fmt::format("{} stages: the cnn runs on one pipeline stage (set "

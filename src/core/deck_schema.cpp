@@ -158,6 +158,7 @@ std::vector<KeySpec> build_schema() {
     model.choice<&M::kind>("kind", kModelKinds, "model family"),
     model.key<&M::hidden>("hidden", closed(1, kMaxWidth), "mlp, cnn: widths of the hidden linear layers, input to output; [] is a linear model (cnn: after the convolutions)"),
     model.choice<&M::activation>("activation", kActivations, "activation after each hidden layer"),
+    model.choice<&M::gelu_approximate>("gelu_approximate", kGeluApproximates, "gpt: the MLP's GELU: none (exact, z Phi(z)) or tanh (GPT-2's own, Hugging Face's \"gelu_new\": z/2 (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))))"),
     model.choice<&M::loss>("loss", kLossKinds, "auto: cross-entropy for a dataset with labels, MSE for one with targets"),
     model.key<&M::channels>("channels", closed(1, kMaxWidth), "cnn: output channels of each convolution block (conv, ReLU, 2x2 max-pool); unet: channels of each level, finest first (one 2x2 down-sampling between levels)"),
     model.key<&M::kernel>("kernel", closed(1, 4095), "cnn, unet: side of the square convolution kernels (odd; zero padding kernel/2 keeps the size)"),

@@ -83,6 +83,8 @@ inline constexpr Choice<ConvLibrary> kConvLibraries[] = {
     {"auto", ConvLibrary::automatic}, {"im2col", ConvLibrary::im2col}, {"onednn", ConvLibrary::onednn}};
 inline constexpr Choice<Activation> kActivations[] = {{"relu", Activation::relu},
                                                       {"gelu", Activation::gelu}};
+inline constexpr Choice<GeluApproximate> kGeluApproximates[] = {{"none", GeluApproximate::none},
+                                                                {"tanh", GeluApproximate::tanh}};
 inline constexpr Choice<FieldNormalize> kFieldNormalize[] = {{"auto", FieldNormalize::automatic},
                                                              {"none", FieldNormalize::none},
                                                              {"channel", FieldNormalize::channel}};

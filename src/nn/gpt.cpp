@@ -371,7 +371,7 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
     kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
                                ln2, first(a.mean2, std::size_t(tokens)), first(a.rstd2, std::size_t(tokens)));
     b.fc.forward_bf16(exec, Bf16Matrix(ln2), fc16, Linear<T>::Bias::caller);
-    kernels::gelu_forward_saving_derivative(exec, store_->value(b.fc.bias_index()), fc16, h, fc);
+    kernels::gelu_forward_saving_derivative(exec, store_->value(b.fc.bias_index()), fc16, h, fc, shape_.gelu_tanh);
     residual_forward_bf16(exec, b.mproj, Bf16Matrix(h), MatrixU<const T>(x1), out, r(dy16_));
   } else {
     const MatrixU<T> qkv = r(a.qkv);
@@ -384,8 +384,8 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
     kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
                                ln2, first(a.mean2, std::size_t(tokens)), first(a.rstd2, std::size_t(tokens)));
     linear_forward(exec, b.fc, ln2, fc, part_.tensor_sum, Linear<T>::Bias::caller);
-    kernels::gelu_forward_saving_derivative(exec, store_->value(b.fc.bias_index()), fc, h,
-                                            fc);  // fc: gelu' from here on
+    kernels::gelu_forward_saving_derivative(exec, store_->value(b.fc.bias_index()), fc, h, fc,
+                                            shape_.gelu_tanh);  // fc: gelu' from here on
     linear_forward(exec, b.mproj, h, out, part_.tensor_sum, Linear<T>::Bias::caller);
     kernels::bias_residual_add(exec, store_->value(b.mproj.bias_index()), x1, out);
   }

@@ -52,6 +52,7 @@ struct GptShape {
   int width = 256;    ///< C
   int heads = 4;
   int layers = 4;     ///< blocks
+  bool gelu_tanh = false;  ///< the MLP's GELU in GPT-2's tanh form (model.gelu_approximate)
 };
 
 template <class T>

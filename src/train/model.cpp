@@ -211,7 +211,7 @@ nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape) {
                                  "(the embedding and head split over the tensor ranks)",
                                  cfg.parallel.tensor, shape.outputs));
   return {static_cast<int>(shape.outputs), cfg.model.context, cfg.model.width, cfg.model.heads,
-          cfg.model.layers};
+          cfg.model.layers, cfg.model.gelu_approximate == GeluApproximate::tanh};
 }
 
 std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, const Config& cfg,

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -67,6 +68,12 @@ const std::string& gpt_run() {  // 10 steps, a checkpoint at the end
   static const std::string dir = trained("gpt_run", gpt_deck(), "--set train.steps=10");
   return dir;
 }
+// GPT-2's tanh GELU (model.gelu_approximate = "tanh"), 10 steps.
+std::string gpt_tanh_deck() { return gpt_deck() + " --set model.gelu_approximate=tanh"; }
+const std::string& gpt_tanh_run() {
+  static const std::string dir = trained("gpt_tanh_run", gpt_tanh_deck(), "--set train.steps=10");
+  return dir;
+}
 
 // The loss `tessera eval` prints, as text (9 significant digits).
 std::string eval_loss(const std::string& deck, const std::string& checkpoint, int ranks = 1) {
@@ -110,6 +117,35 @@ TEST(Export, MlpCnnAndGptInPyTorchReproduceTessera_eval) {
   }
 }
 
+// GPT-2's tanh GELU against PyTorch's nn.GELU(approximate="tanh"), on the exported model with its
+// MLP weights (fc, proj) scaled by 40 and the tied embedding by 20 (pre-activations and logits of
+// order 1 and more, where the tiny trained model's barely use the GELU), imported back. The two
+// GELUs differ by at most 5e-4, too little to tell them apart in this loss at 1e-5 (the exact
+// one moves it by about 1e-6 relative): the form itself is pinned by the kernel test against
+// the formula and PyTorch's values and by the finite differences (test_kernels, test_gpt).
+TEST(Export, TanhGeluInPyTorchReproducesTessera_eval) {
+  const std::string dir = fresh_dir("export_gpt_tanh");
+  const std::string out = dir + "/model.safetensors", scaled = dir + "/scaled.safetensors";
+  ASSERT_EQ(tessera(1, fmt::format("export {} --out {}", ckpt(gpt_tanh_run(), 10), out)).exit_code, 0);
+  const io::SafetensorsFile file(out);
+  std::vector<io::NamedTensor> tensors;
+  for (const auto& e : file.entries()) {
+    tensors.push_back({e.name, e.shape, file.read(e)});
+    const float by = e.name.ends_with(".mlp.fc.weight") || e.name.ends_with(".mlp.proj.weight") ? 40.0f
+                     : e.name == "wte.weight"                                                   ? 20.0f
+                                                                                                : 1.0f;
+    for (float& v : tensors.back().values) v *= by;
+  }
+  io::write_safetensors(scaled, tensors, file.metadata());
+  fs::copy_file(dir + "/model.json", dir + "/scaled.json");
+  const std::string checkpoint = dir + "/scaled.h5";
+  ASSERT_EQ(tessera(1, fmt::format("import {} --deck {} --out {}", scaled, gpt_tanh_deck(), checkpoint)).exit_code, 0);
+  const std::string loss = eval_loss(gpt_tanh_deck(), checkpoint);
+  const RunResult p = python(fmt::format("eval {} --data {} --expect-loss {} --rtol 1e-5", scaled, corpus(), loss));
+  EXPECT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_NE(p.output.find("relative difference"), std::string::npos) << p.output;
+}
+
 TEST(Export, HuggingFaceGpt2IsTheTransposedLayoutWithItsConfig) {
   const std::string dir = fresh_dir("hf") + "/gpt-hf";
   const std::string torch_out = fresh_dir("hf_torch") + "/model.safetensors";
@@ -146,6 +182,51 @@ TEST(Export, HuggingFaceGpt2IsTheTransposedLayoutWithItsConfig) {
   ASSERT_EQ(tessera(1, fmt::format("import {}/model.safetensors --deck {} --out {}", dir, gpt_deck(), back)).exit_code, 0);
   const RunResult d = tessera(1, fmt::format("diff {} {} --model-only --tolerance 0", ckpt(gpt_run(), 10), back));
   EXPECT_EQ(d.exit_code, 0) << d.output;
+}
+
+// GPT-2 as its weights are published: GPT2Model's names (no `transformer.` prefix), the causal-mask
+// buffers of older files and a tied lm_head beside the parameters, config.json beside the file
+// with "gelu_new" (the tanh GELU). It imports bit for bit into a deck with the tanh GELU; a deck
+// that disagrees with config.json is one line naming both values; a missing tensor is named as the
+// file names it.
+TEST(Import, Gpt2ModelNamesAndItsConfigAreReadAsPublished) {
+  const std::string hf = fresh_dir("gpt2_hf") + "/gpt-hf";
+  ASSERT_EQ(tessera(1, fmt::format("export {} --hf-gpt2 --out {}", ckpt(gpt_tanh_run(), 10), hf)).exit_code, 0);
+  const auto config = nlohmann::json::parse(read_file(hf + "/config.json"));
+  EXPECT_EQ(config["activation_function"], "gelu_new");
+  const io::SafetensorsFile lm(hf + "/model.safetensors");
+  std::vector<io::NamedTensor> bare;
+  for (const auto& e : lm.entries()) {
+    ASSERT_TRUE(e.name.starts_with("transformer.")) << e.name;
+    bare.push_back({e.name.substr(12), e.shape, lm.read(e)});
+  }
+  bare.push_back({"h.0.attn.bias", {1, 1, 32, 32}, std::vector<float>(32 * 32, 1.0f)});
+  bare.push_back({"lm_head.weight", lm.find("transformer.wte.weight")->shape, lm.read(*lm.find("transformer.wte.weight"))});
+  const std::string dir = fresh_dir("gpt2_bare");
+  io::write_safetensors(dir + "/model.safetensors", bare, {{"format", "pt"}});
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  const std::string back = dir + "/imported.h5";
+  const RunResult r = tessera(1, fmt::format("import {}/model.safetensors --deck {} --out {}", dir, gpt_tanh_deck(), back));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const RunResult d = tessera(1, fmt::format("diff {} {} --model-only --tolerance 0", ckpt(gpt_tanh_run(), 10), back));
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+
+  // The deck's exact GELU against config.json's "gelu_new"; a wider deck; a head that is not tied.
+  const std::string refused = dir + "/refused.h5";
+  const auto import_as = [&](const std::string& deck) {
+    return tessera(1, fmt::format("import {}/model.safetensors --deck {} --out {}", dir, deck, refused));
+  };
+  expect_input_error(import_as(gpt_deck()), "config.json: activation_function = \"gelu_new\" (the tanh GELU), but the deck");
+  expect_input_error(import_as(gpt_deck() + " --set model.gelu_approximate=tanh --set model.heads=2"),
+                     "config.json: n_head = 4, but the deck");
+  bare.back().values[0] += 1.0f;
+  io::write_safetensors(dir + "/model.safetensors", bare, {{"format", "pt"}});
+  expect_input_error(import_as(gpt_tanh_deck()), "lm_head.weight differs from the token embedding");
+  bare.pop_back();
+  bare.erase(std::find_if(bare.begin(), bare.end(), [](const io::NamedTensor& t) { return t.name == "h.1.mlp.c_fc.bias"; }));
+  io::write_safetensors(dir + "/model.safetensors", bare, {{"format", "pt"}});
+  expect_input_error(import_as(gpt_tanh_deck()), "tensor h.1.mlp.c_fc.bias is missing");
+  EXPECT_FALSE(fs::exists(refused));
 }
 
 // --- Import -----------------------------------------------------------------------------------

@@ -57,10 +57,15 @@ double run_loss(nn::Gpt<T>& gpt, int slot, const Batch& b, double scale) {
   return scale * r.loss;
 }
 
-TEST(Gpt, GradientsMatchFiniteDifferences) {
+// Both GELUs: the exact one and GPT-2's tanh form (model.gelu_approximate = "tanh").
+class GptGradients : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GptGradients, MatchFiniteDifferences) {
   const ExecSpace exec;
   nn::ParamStore<double> store;
-  nn::Gpt<double> gpt(store, kTiny);
+  nn::GptShape shape = kTiny;
+  shape.gelu_tanh = GetParam();
+  nn::Gpt<double> gpt(store, shape);
   store.allocate();
   store.initialize(exec, 5);
   // Larger than GPT-2's 0.02 so that every term matters in the differences.
@@ -82,6 +87,8 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
     expect_gradient(info.name.c_str(), Flat(store.values().data() + info.offset, info.size), g, loss);
   }
 }
+INSTANTIATE_TEST_SUITE_P(Gpt, GptGradients, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "TanhGelu" : "ExactGelu"; });
 
 // The GEMM attention the model runs against the one-thread-per-row reference kernels: forward
 // output and probabilities, and the backward's dqkv (double, 2 samples, 3 heads of 4), at T = 6

@@ -95,6 +95,42 @@ TYPED_TEST(KernelTest, GeluForwardBackwardMatchExactErfForm) {
   EXPECT_NEAR(kernels::gelu(-2.0), -0.04550026389635842, 1e-15);
 }
 
+// GPT-2's tanh GELU through the forward that keeps its derivative, against the textbook formula
+// in double (z/2 (1 + tanh u)) and its derivative, over [-12, 12] where tanh saturates on both
+// sides; the backward multiplies by what the forward kept.
+double gelu_tanh_ref(double z) {
+  const double u = std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z);
+  return 0.5 * z * (1.0 + std::tanh(u));
+}
+double gelu_tanh_grad_ref(double z) {
+  const double c = std::sqrt(2.0 / M_PI), t = std::tanh(c * (z + 0.044715 * z * z * z));
+  return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * z * z);
+}
+
+TYPED_TEST(KernelTest, GeluTanhMatchesGpt2sFormula) {
+  using T = TypeParam;
+  const std::size_t rows = 77, cols = 13, n = rows * cols;
+  auto z = random_vector<T>(n, 9, -12, 12);
+  z[0] = T(-40), z[1] = T(40), z[2] = T(0), z[3] = T(-1e-6);
+  const auto dy = random_vector<T>(n, 10);
+  const ExecSpace exec;
+  Vector<T> d_b("b", cols);  // zeros
+  auto d_zd = to_device(z, rows, cols);
+  auto d_db = Vector<T>("db", cols);
+  Matrix<T> d_y("y", rows, cols), d_dz("dz", rows, cols);
+  kernels::gelu_forward_saving_derivative(exec, d_b, d_zd, d_y, d_zd, true);
+  kernels::gelu_backward_saved(exec, d_zd, to_device(dy, rows, cols), d_dz, d_db);
+  const auto y = to_host(d_y), dz = to_host(d_dz);
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(y[i], gelu_tanh_ref(double(z[i])), 4 * tolerance<T>() * (1 + std::abs(z[i]))) << z[i];
+    EXPECT_NEAR(dz[i], double(dy[i]) * gelu_tanh_grad_ref(double(z[i])), 8 * tolerance<T>() * (1 + std::abs(dy[i])))
+        << z[i];
+  }
+  // Known values (PyTorch: F.gelu(torch.tensor([1.0, -2.0], dtype=torch.float64), approximate="tanh")).
+  EXPECT_NEAR(kernels::gelu_tanh(1.0), 0.8411919906082768, 1e-15);
+  EXPECT_NEAR(kernels::gelu_tanh(-2.0), -0.04540230591222494, 1e-15);
+}
+
 // The bf16 forms the MLP uses under bf16 activations: the forward's output stored rounded to
 // bf16, and the backward that writes dz in fp32 (in place here) and rounded to bf16, each the bits
 // of the fp32 kernel's result rounded once.
