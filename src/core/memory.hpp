@@ -4,6 +4,7 @@
 // callbacks, so the numbers are what the program holds, not an estimate: current and peak bytes
 // per category, on any memory space.
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -14,6 +15,13 @@ namespace tessera::mem {
 /// lib: the working buffers of libraries Tessera calls (oneDNN's scratchpads and the blocked
 /// copies its convolutions reorder into), counted by count_external, not by Kokkos.
 enum class Category : std::size_t { param, grad, optim, act, comm, data, lib, count };
+
+/// \brief The bytes a Kokkos View of `elements` elements of `element_bytes` bytes each allocates,
+/// as the counters count them: Kokkos pads every View's allocation to a multiple of 8 bytes. For
+/// a model that says what it allocates (nn::Network::activation_bytes).
+inline double view_bytes(double elements, double element_bytes) {
+  return std::ceil(elements * element_bytes / 8.0) * 8.0;
+}
 
 /// "param", "grad", "optim", "act", "comm", "data", "lib"
 std::string_view name(Category c);

@@ -111,6 +111,31 @@ void Cnn<T>::add_slot() {
 }
 
 template <class T>
+double Cnn<T>::activation_bytes(int max_batch, int slots) const {
+  // What add_slot() allocates: the input; per conv block its columns (im2col only), z, the
+  // pooled output and its argmax (int32); per linear layer z, the activation (not the last's)
+  // and the gradient. Shared: dz, dcol and dpool at their largest.
+  const double f = sizeof(T);
+  const auto bytes = [&](std::size_t width, double size) { return mem::view_bytes(double(max_batch) * double(width), size); };
+  double slot = bytes(std::size_t(input_width()), f);
+  std::size_t dz = 0, dcol = 0, dpool = 0;
+  for (const Conv& c : convs_) {
+    const auto col_rows = std::size_t(c.in.rows()), pos = std::size_t(c.in.positions()), out = std::size_t(c.out);
+    const auto pooled = out * std::size_t(c.in.height / 2) * std::size_t(c.in.width / 2);
+    slot += (onednn_ ? 0.0 : bytes(col_rows * pos, f)) + bytes(out * pos, f) + bytes(pooled, f) +
+            bytes(pooled, sizeof(std::int32_t));
+    dz = std::max(dz, out * pos);
+    if (!onednn_) dcol = std::max(dcol, col_rows * pos);
+    dpool = std::max({dpool, pooled, std::size_t(c.in.channels * c.in.height * c.in.width)});
+  }
+  for (std::size_t j = 0; j < fcs_.size(); ++j)
+    slot += bytes(std::size_t(fcs_[j].out_features()), f) * (j + 1 < fcs_.size() ? 3.0 : 2.0);
+  dpool = std::max(dpool, std::size_t(fcs_.front().in_features()));
+  const double shared = bytes(std::max<std::size_t>(dz, 1), f) + bytes(std::max<std::size_t>(dcol, 1), f) + bytes(dpool, f);
+  return double(slots) * slot + shared;
+}
+
+template <class T>
 void Cnn<T>::clear_slots() {
   slots_.clear();
   dz_ = dcol_ = dpool_ = Matrix<T>();

@@ -52,6 +52,9 @@ class Cnn : public Network<T> {
   bool last_stage() const override { return true; }
   int input_width() const override { return shape_.channels * shape_.height * shape_.width; }
   int output_width() const override { return fcs_.back().out_features(); }
+  /// \brief Bytes add_slot() allocates: `slots` slots of `max_batch` rows each plus backward's
+  /// scratch the first slot makes for all (slots = 0: the scratch alone).
+  double activation_bytes(int max_batch, int slots) const override;
 
   MatrixU<T> input(int slot) const override;
   MatrixU<T> output(int slot) const override;

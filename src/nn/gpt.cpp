@@ -251,6 +251,37 @@ void Gpt<T>::add_slot() {
 }
 
 template <class T>
+double Gpt<T>::activation_bytes(int max_batch, int slots) const {
+  // What add_slot() and make_acts() allocate, buffer by buffer (bf16 as add_slot() decides it
+  // with the first slot): bytes of n x w elements of T, or of the bf16-or-T type p.
+  const bool bf16 = bf16_activations<T>(part_.precision);
+  const double B = max_batch, Tn = shape_.context, n = B * Tn, C = shape_.width, Cl = C / part_.tp;
+  const double f = sizeof(T), h = sizeof(std::uint16_t), p = bf16 ? h : f;
+  const auto bytes = [](double elements, double size) { return mem::view_bytes(elements, size); };
+  const double scores = B * heads_local_ * Tn * double(attention_scores_width(std::size_t(shape_.context)));
+  // One block's tensors: ln1, ln2, h, qkv, y, att in p; x1, fc, four row statistics in T.
+  const double acts = 2 * bytes(n * C, p) + bytes(n * 4 * Cl, p) + bytes(n * 3 * Cl, p) + bytes(n * Cl, p) +
+                      bytes(scores, p) + bytes(n * C, f) + bytes(n * 4 * Cl, f) + 4 * bytes(n, f);
+  // A slot: its input (token ids, or the previous stage's activations, which x[0] then is), x[0]
+  // on the first stage; each block's output and (without recompute) tensors; on the last stage
+  // ln_f (p), its statistics and the logits and their gradient (p), elsewhere doutput; dinput
+  // past the first stage.
+  double slot = bytes(B * input_width(), f) + (first_stage() ? bytes(n * C, f) : 0.0);
+  slot += double(blocks_.size()) * (bytes(n * C, f) + (part_.recompute ? 0.0 : acts));
+  slot += last_stage() ? bytes(n * C, p) + 2 * bytes(n, f) + 2 * bytes(n * vocab_local_, p) : bytes(n * C, f);
+  if (!first_stage()) slot += bytes(n * C, f);
+  // The working set: one block's tensors with recompute; dres, d1, dhf and the loss's sums in T;
+  // dh, dy, dqkv, dscores in bf16 and dln (in T where a tensor group sums it), or all in T.
+  double shared = (part_.recompute ? acts : 0.0) + 3 * bytes(n * C, f) + bytes(n * (2 * part_.tp + 1), f);
+  if (bf16)
+    shared += bytes(n * 4 * Cl, h) + bytes(n * Cl, h) + bytes(n * 3 * Cl, h) + bytes(scores, h) +
+              bytes(n * C, part_.tp > 1 ? f : h);
+  else
+    shared += bytes(n * C, f) + bytes(n * 3 * Cl, f) + bytes(n * Cl, f) + bytes(n * 4 * Cl, f) + bytes(scores, f);
+  return double(slots) * slot + shared;
+}
+
+template <class T>
 void Gpt<T>::clear_slots() {
   slots_.clear();
   work_ = Acts{};

@@ -78,6 +78,10 @@ class Gpt : public Network<T> {
   /// Last stage: T * V/tp logits per sample; else T*C activations.
   int output_width() const override;
   int label_width() const override { return shape_.context; }
+  /// \brief Bytes add_slot() allocates: `slots` slots of `max_batch` rows each plus the working
+  /// set the first slot makes for all (backward's buffers, the recomputed block, the loss's sums);
+  /// slots = 0: the working set alone. Counts every buffer add_slot() and make_acts() make.
+  double activation_bytes(int max_batch, int slots) const override;
 
   MatrixU<T> input(int slot) const override;
   MatrixU<T> output(int slot) const override;

@@ -73,6 +73,25 @@ void Mlp<T>::add_slot() {
 }
 
 template <class T>
+double Mlp<T>::activation_bytes(int max_batch, int slots) const {
+  // What add_slot() allocates: the input, dinput past the first stage; per layer z, the
+  // activation's output (a hidden layer's; in bf16 where kept so) and the gradient.
+  const bool bf16 = bf16_activations<T>(part_.precision);
+  const double B = max_batch, f = sizeof(T), h = sizeof(std::uint16_t);
+  const auto bytes = [&](double width, double size) { return mem::view_bytes(B * width, size); };
+  double slot = bytes(input_width(), f) * (first_stage() ? 1.0 : 2.0);
+  int widest = 0;
+  for (int i = first_; i < end_; ++i) {
+    const int out = layers_[static_cast<std::size_t>(i - first_)].out_features();
+    slot += 2 * bytes(out, f) + (!hidden(i) ? 0.0 : bytes(out, bf16 && i + 1 < end_ ? h : f));
+    if (hidden(i)) widest = std::max(widest, out);
+  }
+  // Shared: dL/dz in bf16 at the widest hidden layer.
+  const double shared = bf16 && widest > 0 ? bytes(widest, h) : 0.0;
+  return double(slots) * slot + shared;
+}
+
+template <class T>
 bool Mlp<T>::bf16_acts() const {
   return checked_bf16_activations(bf16_acts_, part_.precision, "Mlp");
 }

@@ -59,6 +59,9 @@ class Mlp : public Network<T> {
   /// This rank's width of the part's input and output.
   int input_width() const override { return layers_.front().in_features(); }
   int output_width() const override { return layers_.back().out_features(); }
+  /// \brief Bytes add_slot() allocates: `slots` slots of `max_batch` rows each plus the bf16
+  /// gradient buffer the first slot makes for all (slots = 0: that buffer alone).
+  double activation_bytes(int max_batch, int slots) const override;
 
   MatrixU<T> input(int slot) const override;        ///< (B, input_width): fill before forward
   MatrixU<T> output(int slot) const override;       ///< logits on the last stage

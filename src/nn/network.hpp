@@ -53,8 +53,10 @@ class Network {
   /// Labels per sample the loss reads (1 for a class, T for a token sequence).
   virtual int label_width() const { return 1; }
   /// \brief Bytes of activations `slots` slots of `max_batch` rows and the shared scratch take,
-  /// as allocated (a kind that knows it exactly); 0 where the kind does not say.
-  virtual double activation_bytes(int /*max_batch*/, int /*slots*/) const { return 0.0; }
+  /// exactly as add_slot() allocates them (mem::view_bytes per buffer); slots = 0: the shared
+  /// scratch alone. The memory estimate (`tessera check`, run.memory_limit_mb) asks this, so a
+  /// buffer added to add_slot() is added here too (test_activation_memory compares the two).
+  virtual double activation_bytes(int max_batch, int slots) const = 0;
 
   /// \brief Takes a free slot for a micro-batch of `batch` rows (<= max_batch()).
   int acquire(int batch) {

@@ -122,22 +122,29 @@ Index UNet<T>::largest_halo() const {
 
 template <class T>
 double UNet<T>::activation_bytes(int max_batch, int slots) const {
-  // Per sample and slot: the input (and its standardised copy), each convolution's columns, pre-activation and activation,
-  // each pooled level (values and argmax), each concatenation, the output and its gradient.
+  // What add_slot() allocates. A slot: the input (and its standardised copy), each convolution's
+  // columns, pre-activation and activation, each pooled level (values and int32 argmax), each
+  // concatenation, the output and its gradient.
   const auto L = shape_.levels.size();
-  double slot = double(input_width()) * (shape_.norm.empty() ? 1.0 : 2.0) + 2.0 * output_width();
-  for (const auto& c : convs_) slot += double(c.col_size()) + 2.0 * double(c.out_size());
-  for (std::size_t l = 0; l + 1 < L; ++l) slot += 2.0 * double(level_size(l)) / 4.0 + 2.0 * double(level_size(l));
-  // Shared: two gradient buffers, the up-sampling product, the skip gradients, a column matrix,
-  // four halo buffers, the loss's three sums (double).
-  double shared = 2.0 * double(largest_activation()) + double(largest_col()) + 4.0 * double(largest_halo()) + 6.0;
+  const double f = sizeof(T);
+  const auto bytes = [&](double width, double size) { return mem::view_bytes(double(max_batch) * width, size); };
+  double slot = bytes(input_width(), f) * (shape_.norm.empty() ? 1.0 : 2.0) + 2 * bytes(output_width(), f);
+  for (const auto& c : convs_) slot += bytes(double(c.col_size()), f) + 2 * bytes(double(c.out_size()), f);
+  for (std::size_t l = 0; l + 1 < L; ++l) {
+    const double pooled = double(level_size(l) / 4);
+    slot += bytes(pooled, f) + bytes(pooled, sizeof(std::int32_t)) + bytes(2.0 * double(level_size(l)), f);
+  }
+  // Shared: two gradient buffers, a column matrix, four rows of halo per sample, the skip
+  // gradients, the up-sampling product, the loss's three sums (double).
+  double shared = 2 * bytes(double(largest_activation()), f) + bytes(double(largest_col()), f) +
+                  bytes(4.0 * double(largest_halo()), f) + bytes(3.0, sizeof(double));
   Index yp = 1;
   for (std::size_t l = 0; l + 1 < L; ++l) {
     yp = std::max(yp, level_size(l));
-    shared += double(level_size(l));
+    shared += bytes(double(level_size(l)), f);
   }
-  shared += double(yp);
-  return double(sizeof(T)) * double(max_batch) * (double(slots) * slot + shared);
+  shared += bytes(double(yp), f);
+  return double(slots) * slot + shared;
 }
 
 template <class T>

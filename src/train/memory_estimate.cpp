@@ -8,8 +8,8 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
-#include "nn/attention.hpp"
 #include "optim/optimizer.hpp"
+#include "train/pipeline.hpp"
 #include "train/sharding.hpp"
 #include "train/trainer.hpp"
 
@@ -26,6 +26,37 @@ BatchRows batch_rows(const Config& cfg, std::int64_t train_samples, std::int64_t
   }
   return r;
 }
+
+namespace {
+
+// The activations of the most loaded pipeline stage: each network of the stage (one per chunk,
+// tensor rank 0's part) says what its slots of `rows` rows and its working set take. A chunk
+// keeps the slots it ever held live at once (they are reused, never freed): at most the
+// schedule's bound on the stage's live slots (slot_bound, what the executor keeps to), and over
+// several chunks also at most one per micro-batch of a step (its slots all retire by the step's
+// end).
+double activation_bytes(const Config& cfg, const ModelShape& shape, int rows) {
+  const int stages = cfg.parallel.pipeline, micro = cfg.parallel.micro_batches;
+  const std::vector<int> bounds = stage_bounds(cfg, shape);
+  double most = 0;
+  for (int stage = 0; stage < stages; ++stage) {
+    ModelPart part;
+    part.chunks = stage_chunks(cfg, bounds, stage);
+    part.tp = cfg.parallel.tensor;
+    part.tensor_sum = [](float*, std::size_t) {};  // registration only: never called
+    const int chunks = static_cast<int>(part.chunks.size());
+    const int bound = slot_bound(pipeline_schedule(cfg.parallel.schedule, stages, stage, micro, chunks), chunks);
+    const int slots = chunks > 1 ? std::min(bound, micro) : bound;
+    nn::ParamStore<float> store;
+    double bytes = 0;
+    for (std::size_t c = 0; c < part.chunks.size(); ++c)
+      bytes += make_network(store, cfg, shape, part, c)->activation_bytes(rows, slots);
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
+}  // namespace
 
 MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const BatchRows& batch) {
   // The model's real parameter layout (registered, not allocated): buckets and shards as a run
@@ -69,35 +100,10 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
   e.micro_batch = batch.micro > 0 ? batch.micro : micro_batch_rows(cfg);
   e.eval_batch = batch.micro > 0 ? batch.eval : cfg.eval.batch;
   const auto rows = static_cast<double>(std::max<std::int64_t>(e.micro_batch, e.eval_batch));
-  double act = 0;
-  if (cfg.model.kind == ModelKind::gpt) {
-    // Per token of a micro-batch in flight, per block: ln_1, x1, ln_2 and the block's output (C
-    // each), qkv (3C/tp), y (C/tp), fc and gelu (4C/tp each), the attention probabilities
-    // (heads/tp x T; heads/tp where a GPU build runs the fused attention), four row statistics;
-    // the head's logits and their gradient (2V/tp) and
-    // ln_f. Recomputation keeps the block outputs only, plus one block's set shared by all.
-    const std::int64_t C = cfg.model.width, T = cfg.model.context, tp = cfg.parallel.tensor;
-    // Blocks a stage holds: v chunks of at most ceil(layers / (pp v)) under interleaving.
-    const std::int64_t chunks = std::int64_t{cfg.parallel.pipeline} * cfg.parallel.virtual_stages;
-    const std::int64_t L = cfg.parallel.virtual_stages * ((cfg.model.layers + chunks - 1) / chunks);
-    const auto scores = static_cast<std::int64_t>(nn::attention_scores_width(static_cast<std::size_t>(T)));
-    const double block = static_cast<double>(3 * C + 12 * C / tp + cfg.model.heads / tp * scores + 4);
-    const double per_token = static_cast<double>(L * C) + (cfg.train.recompute ? 0.0 : static_cast<double>(L) * block);
-    const double tokens = rows * static_cast<double>(T);
-    act = tokens * (per_token + static_cast<double>(2 * shape.outputs / tp + C)) +
-          (cfg.train.recompute ? tokens * block : 0.0);
-  } else if (cfg.model.kind != ModelKind::unet) {
-    // Each hidden layer keeps its output before and after the activation and its gradient; the
-    // output layer its logits and their gradient; the input batch is staged once.
-    for (int h : cfg.model.hidden) act += 3.0 * h;
-    act = rows * (act + 2.0 * static_cast<double>(shape.outputs));
-  }
-  e.activations = 4.0 * act;
+  e.activations = activation_bytes(cfg, shape, static_cast<int>(rows));
   e.data = 4.0 * static_cast<double>(e.micro_batch) * static_cast<double>(shape.in_features);
   if (cfg.model.kind == ModelKind::unet) {
-    // The U-Net says what it allocates (one slot: one stage, one micro-batch at a time), for this
-    // rank's block of rows; the batch staged holds the block of inputs and targets.
-    e.activations = net->activation_bytes(static_cast<int>(rows), 1);
+    // The batch staged holds this rank's block of inputs and targets.
     e.data = 4.0 * static_cast<double>(e.micro_batch) * static_cast<double>(shape.in_features + shape.outputs) /
              cfg.parallel.spatial;
   }

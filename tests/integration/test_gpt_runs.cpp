@@ -165,6 +165,40 @@ TEST(Gpt, RecomputationLowersActivationMemoryAndKeepsTheLosses) {
   EXPECT_LT(act(rc), 0.8 * act(keep));
 }
 
+TEST(Gpt, CheckEstimatesTheMeasuredActivations) {
+  // `tessera check`'s activations (what run.memory_limit_mb refuses a run by before it starts)
+  // against one step's measured peak (summary.json, rank 0: a tensor rank, or pipeline stage 0,
+  // which holds the two micro-batches of 1F1B): never below it, at most 10% above. The estimate
+  // once missed the working set of backward (about one block's worth, at every depth).
+  const std::string one_step = "--set train.steps=1 --set eval.every_steps=0 --set eval.at_end=false "
+                               "--set checkpoint.every_steps=0 --set checkpoint.at_end=false ";
+  struct Case {
+    int ranks;
+    std::string args;
+  };
+  for (const Case& c : {Case{1, "--set model.layers=2"}, Case{1, "--set model.layers=4"},
+                        Case{2, "--set model.layers=2 " + layout(1, 2, 1)},
+                        Case{2, "--set model.layers=4 " + layout(1, 1, 2) + " --set parallel.micro_batches=2"}}) {
+    SCOPED_TRACE(c.args);
+    const std::string dir = fresh_dir("gpt_act");
+    const std::string args = gpt_args(dir, one_step + c.args);
+    const RunResult check = tessera(1, "check" + args.substr(std::string("train").size()) +
+                                           fmt::format(" --ranks {}", c.ranks));
+    ASSERT_EQ(check.exit_code, 0) << check.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(check.output, m, std::regex(R"(activations ([0-9.]+) MB)"))) << check.output;
+    const double estimate = std::stod(m[1].str()) * 1e6;
+    const RunResult r = tessera(c.ranks, args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string s = read_file(dir + "/summary.json");
+    const auto at = s.find("\"act_peak_bytes\"");
+    ASSERT_NE(at, std::string::npos) << s;
+    const double measured = std::stod(s.substr(s.find(':', at) + 1));
+    EXPECT_GE(estimate, measured - 0.005e6) << "estimated " << estimate << " B, measured " << measured << " B";
+    EXPECT_LE(estimate, 1.1 * measured) << "estimated " << estimate << " B, measured " << measured << " B";
+  }
+}
+
 TEST(Gpt, CheckpointOfTensorAndPipelineLayoutResumesOnOneRank) {
   const std::string first = fresh_dir("gpt_resume_a"), second = fresh_dir("gpt_resume_b");
   const RunResult a = tessera(4, gpt_args(first, layout(1, 2, 2) + " --set train.steps=15"));
