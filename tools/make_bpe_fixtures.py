@@ -45,7 +45,7 @@ NONASCII = (
     "Ελληνικά, русский текст, العربية, हिन्दी भाषा, ภาษาไทย\n"
     "Numbers 1234567890 12 123 1234, full-width １２３４５, x² ⅻ 3.14159 1,000,000\n"
     "Contractions: don't DON'T I'm I'M we'll WE'LL she's SHE'S they're THEY'RE I've I'd ſ'ſ 'K\n"
-    "Tabs\tand  two  spaces\u00a0nbsp\u3000ideographic\u0085nel   \n"
+    "Tabs\tand  two  spaces\u00a0nbsp\u3000ideographic\u0085nel x \u0085y x \u2028y   \n"
     "<|endoftext|>Special<|endoftext|> tokens <|im_start|>user<|im_end|><|begin_of_text|>x <|sep|> y\n"
     "   leading and trailing spaces   \n\n\n"
     "end"
