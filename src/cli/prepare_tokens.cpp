@@ -115,7 +115,7 @@ int prepare_tokens(const PrepareTokensArgs& a) {
     const std::span<const std::int32_t> mine(tokens);
     // Train takes global tokens [0, train), val [train, total).
     const std::uint64_t in_train = first >= train ? 0 : std::min(count, train - first);
-    out.write("/train/tokens", train, type, first, mine.first(in_train));
+    out.write("/train/tokens", train, type, std::min(first, train), mine.first(in_train));
     out.write("/val/tokens", val, type, first + in_train - std::min(first + in_train, train), mine.subspan(in_train));
     for (const auto& [name, content] : files.files) {
       const std::vector<std::int32_t> bytes =
