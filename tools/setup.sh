@@ -17,6 +17,7 @@ packages=(
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev zlib1g-dev
   libopenblas-dev libdnnl-dev libtrilinos-kokkos-dev
   libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev
+  libpcre2-dev libicu-dev  # tokenizers: the pre-tokenizer's expressions, NFC
   dataset-fashion-mnist  # tessera prepare fashion-mnist
 )
 # ... and what the tests, the tools and CI add (the default, TESSERA_SETUP=all).

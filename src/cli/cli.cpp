@@ -16,6 +16,7 @@
 #include "cli/doctor.hpp"
 #include "cli/export.hpp"
 #include "cli/generate.hpp"
+#include "cli/prepare_tokens.hpp"
 #include "comm/mpi_check.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
@@ -146,15 +147,27 @@ int run(int argc, char** argv) {
   fmnist_cmd->add_option("--source", source, "folder of the IDX files")->capture_default_str();
   std::vector<std::string> text_inputs;
   double val_fraction = io::kDefaultValFraction;
-  auto* text_cmd = prepare_cmd->add_subcommand("text", "text files as byte tokens: /train, and the held-out tail as /val");
+  auto* text_cmd = prepare_cmd->add_subcommand("text", "text files as tokens: /train, and the held-out tail as /val");
   text_cmd->footer(
-      "The inputs are concatenated in the order given; each byte is one token (vocab_size 256, "
-      "tokenizer \"bytes\"), stored as uint8 in /train/tokens and /val/tokens. /val is the last "
-      "round(F x bytes) of the text (at least 1 byte, and 1 byte is left for /train).");
+      "The inputs are concatenated in the order given; without --tokenizer each byte is one token "
+      "(vocab_size 256, tokenizer \"bytes\"), stored as uint8 in /train/tokens and /val/tokens. /val is "
+      "the last round(F x tokens) of the text (at least 1 token, and 1 is left for /train). With "
+      "--tokenizer, the ids of a byte-level BPE (Hugging Face's encode without special tokens, each file "
+      "one document), uint16 up to 65536 ids, else int32, the tokenizer stored in the file "
+      "(docs/data.md \"Tokenizers\").");
   text_cmd->add_option("--out", out, "output HDF5 file")->required();
   text_cmd->add_option("--val-fraction", val_fraction, "share of the text, from its end, held out as /val; in (0, 1)")
       ->capture_default_str();
   text_cmd->add_option("inputs", text_inputs, "text files, concatenated in this order")->required();
+  PrepareTokensArgs tokens_args;
+  text_cmd->add_option("--tokenizer", tokens_args.tokenizer,
+                       "a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2), or GPT-2's vocab.json "
+                       "with --merges; each file is then encoded as one document, on every rank a share");
+  text_cmd->add_option("--merges", tokens_args.merges, "GPT-2's merges.txt, with --tokenizer vocab.json");
+  text_cmd->add_option("--invalid-utf8", tokens_args.invalid_utf8,
+                       "with --tokenizer, text that is not UTF-8: error (exit 2), or replace (each bad sequence "
+                       "read as U+FFFD, as Python's decode(errors=\"replace\"))")
+      ->capture_default_str();
 
   sci::DarcyOptions darcy;
   auto* darcy_cmd = prepare_cmd->add_subcommand(
@@ -243,6 +256,7 @@ int run(int argc, char** argv) {
   example(prepare_cmd, "tessera prepare fashion-mnist --out data/fashion-mnist.h5");
   example(fmnist_cmd, "tessera prepare fashion-mnist --out data/fashion-mnist.h5 --source /usr/share/datasets/fashion-mnist");
   example(text_cmd, "tessera prepare text --out data/corpus.h5 --val-fraction 0.05 data/kjv.txt");
+  example(text_cmd, "tools/mpirun.sh -n 4 tessera prepare text --tokenizer tokenizer.json --out data/kjv_bpe.h5 data/kjv.txt");
   example(darcy_cmd, "tools/mpirun.sh -n 2 tessera prepare darcy --out data/darcy.h5 --size 64 --train 1000 --test 100");
   example(inspect_cmd, "tessera inspect runs/fashion_mnist_mlp/checkpoints/step_00004680.h5");
   example(diff_cmd, "tessera diff runs/a/checkpoints/step_00000100.h5 runs/b/checkpoints/step_00000100.h5 --tolerance 1e-5");
@@ -272,7 +286,17 @@ int run(int argc, char** argv) {
     if (*eval_cmd) return eval(deck, checkpoint);
     if (*generate_cmd) return generate(gen);
     if (*fmnist_cmd) return prepare_fashion_mnist(out, source);
-    if (*text_cmd) return prepare_text(text_inputs, out, val_fraction);
+    if (*text_cmd) {
+      if (tokens_args.tokenizer.empty()) {
+        if (!tokens_args.merges.empty() || text_cmd->count("--invalid-utf8"))
+          throw InputError("prepare text: --merges and --invalid-utf8 go with --tokenizer");
+        return prepare_text(text_inputs, out, val_fraction);
+      }
+      tokens_args.inputs = text_inputs;
+      tokens_args.out = out;
+      tokens_args.val_fraction = val_fraction;
+      return prepare_tokens(tokens_args);
+    }
     if (*darcy_cmd) return prepare_darcy(darcy);
     if (*inspect_cmd) return inspect(checkpoint);
     if (*diff_cmd) return diff(diff_args);

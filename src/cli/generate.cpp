@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <optional>
 #include <iostream>
 #include <numeric>
 #include <vector>
@@ -20,6 +22,8 @@
 #include "core/deck_checks.hpp"
 #include "core/error.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/text_tokenizer.hpp"
+#include "io/utf8.hpp"
 #include "kernels/random.hpp"
 #include "nn/gpt.hpp"
 #include "train/checkpointer.hpp"
@@ -48,6 +52,22 @@ std::size_t sample_token(std::vector<double> logits, double temperature, int top
     if (u < acc) return order[j];
   }
   return order[keep - 1];
+}
+
+std::optional<io::BpeTokenizer> dataset_tokenizer(const std::string& dataset, std::int64_t vocab) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dataset, ec)) {
+    // Without the dataset only byte tokens can be read back.
+    if (vocab <= 256) return std::nullopt;
+    throw InputError(fmt::format("{}: no such file; data.path names the dataset whose tokenizer encodes the prompt "
+                                 "and decodes the {} token ids of this model", dataset, vocab));
+  }
+  std::optional<io::BpeTokenizer> t = io::dataset_tokenizer(dataset);
+  const std::int64_t ids = t ? t->vocab_size() : 256;
+  if (ids > vocab)
+    throw InputError(fmt::format("{}: its tokenizer has {} ids, the checkpoint's model {}: not the dataset it was "
+                                 "trained on", dataset, ids, vocab));
+  return t;
 }
 
 int generate(const GenerateArgs& args) {
@@ -88,11 +108,21 @@ int generate(const GenerateArgs& args) {
   Checkpointer(cfg, comm).load_model(args.checkpoint, model);
   auto& gpt = dynamic_cast<nn::Gpt<float>&>(model.network());
 
+  // The dataset's tokenizer encodes the prompt and decodes the sample (bytes when it has none).
+  const std::optional<io::BpeTokenizer> tokenizer = dataset_tokenizer(cfg.data.path, vocab);
   std::vector<int> tokens;
-  for (const unsigned char c : args.prompt) {
-    if (c >= vocab)
-      throw InputError(fmt::format("--prompt: byte {} is outside the model's vocabulary of {}", int(c), vocab));
-    tokens.push_back(c);
+  if (tokenizer) {
+    if (const auto bad = io::utf8::first_invalid(args.prompt))
+      throw InputError(fmt::format("--prompt: byte {} is not UTF-8, which the tokenizer of {} reads", *bad, cfg.data.path));
+    std::vector<std::int32_t> ids;
+    tokenizer->encode(args.prompt, ids);
+    tokens.assign(ids.begin(), ids.end());
+  } else {
+    for (const unsigned char c : args.prompt) {
+      if (c >= vocab)
+        throw InputError(fmt::format("--prompt: byte {} is outside the model's vocabulary of {}", int(c), vocab));
+      tokens.push_back(c);
+    }
   }
   const ExecSpace exec;
   const int T = cfg.model.context;
@@ -101,7 +131,7 @@ int generate(const GenerateArgs& args) {
   const auto h_logits = Kokkos::create_mirror_view(logits);
   const MatrixU<float> in = gpt.input(slot);
   const auto h_in = Kokkos::create_mirror_view(in);
-  std::string text;
+  std::vector<std::int32_t> sampled;
   for (int step = 0; step < args.tokens; ++step) {
     // The last T tokens at most: the model has positions for T.
     const int n = std::min<int>(T, static_cast<int>(tokens.size()));
@@ -113,9 +143,12 @@ int generate(const GenerateArgs& args) {
     for (std::int64_t v = 0; v < vocab; ++v) l[std::size_t(v)] = h_logits(0, v);
     const auto next = sample_token(std::move(l), args.temperature, args.top_k, args.seed, std::uint64_t(step));
     tokens.push_back(static_cast<int>(next));
-    text.push_back(static_cast<char>(next));
+    sampled.push_back(static_cast<std::int32_t>(next));
   }
   gpt.release(slot);
+  std::string text;
+  if (tokenizer) text = tokenizer->decode(sampled);
+  else for (const std::int32_t t : sampled) text.push_back(static_cast<char>(t));
   if (world_rank() == 0) {
     std::cout << args.prompt << text << '\n';
     std::cout.flush();
