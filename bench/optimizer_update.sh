@@ -57,6 +57,7 @@ if [[ -z "${TABLE_ONLY:-}" ]]; then
     die "building optimizer_update in $build failed; see $logs/${name}_build.log" "configure first: tools/setup.sh $build"
   omp=""
   if [[ -n "${KOKKOS_OPENMP_ROOT:-}" ]]; then
+    # shellcheck source-path=SCRIPTDIR source=../tools/ccache.sh
     source tools/ccache.sh
     { cmake -S . -B "$omp_build" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$KOKKOS_OPENMP_ROOT" \
         -DTESSERA_ENABLE_CUDA=OFF -DTESSERA_ENABLE_TESTS=OFF "${ccache_launcher[@]}" &&
