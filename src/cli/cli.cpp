@@ -255,7 +255,6 @@ int run(int argc, char** argv) {
   example(generate_cmd, "tessera generate inputs/kjv_gpt.toml --checkpoint runs/kjv_gpt/checkpoints/step_00003500.h5 --prompt \"And God said\" --tokens 200 --temperature 0.8 --top-k 40");
   example(prepare_cmd, "tessera prepare fashion-mnist --out data/fashion-mnist.h5");
   example(fmnist_cmd, "tessera prepare fashion-mnist --out data/fashion-mnist.h5 --source /usr/share/datasets/fashion-mnist");
-  example(text_cmd, "tessera prepare text --out data/corpus.h5 --val-fraction 0.05 data/kjv.txt");
   example(text_cmd, "tools/mpirun.sh -n 4 tessera prepare text --tokenizer tokenizer.json --out data/kjv_bpe.h5 data/kjv.txt");
   example(darcy_cmd, "tools/mpirun.sh -n 2 tessera prepare darcy --out data/darcy.h5 --size 64 --train 1000 --test 100");
   example(inspect_cmd, "tessera inspect runs/fashion_mnist_mlp/checkpoints/step_00004680.h5");
