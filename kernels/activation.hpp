@@ -131,6 +131,29 @@ void activation_backward_twice(const ExecSpace& exec, const ZView& z, const DyVi
                        });
 }
 
+/// The two GELUs' value-and-derivative functions as types, for the kernel templated on the form.
+struct GeluExactForm {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION void operator()(T z, T& y, T& dydz) const { gelu_with_derivative(z, y, dydz); }
+};
+struct GeluTanhForm {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION void operator()(T z, T& y, T& dydz) const { gelu_tanh_with_derivative(z, y, dydz); }
+};
+
+template <class Form, class BView, class ZView, class YView, class DView>
+void gelu_forward_saving_derivative_as(const ExecSpace& exec, const char* name, const BView& b, const ZView& z,
+                                       const YView& y, const DView& d) {
+  using T = typename DView::non_const_value_type;
+  const auto element = KOKKOS_LAMBDA(const Index i, const Index j) {
+    T yij, dij;
+    Form()(T(loaded(z(i, j)) + b(j)), yij, dij);
+    stored(y(i, j)) = yij;
+    d(i, j) = dij;
+  };
+  for_rows(name, exec, Index(d.extent(0)), Index(d.extent(1)), element);
+}
+
 /// \brief y = gelu(z + b) and d = gelu'(z + b), row by row, so that backward is one product
 /// (gelu_backward_saved): the derivative costs as much as the value, and a forward that keeps it
 /// saves that cost in backward. b is the bias of the layer whose product z is, added in the same
@@ -142,24 +165,10 @@ void activation_backward_twice(const ExecSpace& exec, const ZView& z, const DyVi
 template <class BView, class ZView, class YView, class DView>
 void gelu_forward_saving_derivative(const ExecSpace& exec, const BView& b, const ZView& z, const YView& y,
                                     const DView& d, bool tanh = false) {
-  using T = typename DView::non_const_value_type;
-  if (tanh) {
-    const auto element = KOKKOS_LAMBDA(const Index i, const Index j) {
-      T yij, dij;
-      gelu_tanh_with_derivative(T(loaded(z(i, j)) + b(j)), yij, dij);
-      stored(y(i, j)) = yij;
-      d(i, j) = dij;
-    };
-    for_rows("tessera::gelu_tanh_forward_saving_derivative", exec, Index(d.extent(0)), Index(d.extent(1)), element);
-    return;
-  }
-  const auto element = KOKKOS_LAMBDA(const Index i, const Index j) {
-    T yij, dij;
-    gelu_with_derivative(T(loaded(z(i, j)) + b(j)), yij, dij);
-    stored(y(i, j)) = yij;
-    d(i, j) = dij;
-  };
-  for_rows("tessera::gelu_forward_saving_derivative", exec, Index(d.extent(0)), Index(d.extent(1)), element);
+  if (tanh)
+    gelu_forward_saving_derivative_as<GeluTanhForm>(exec, "tessera::gelu_tanh_forward_saving_derivative", b, z, y, d);
+  else
+    gelu_forward_saving_derivative_as<GeluExactForm>(exec, "tessera::gelu_forward_saving_derivative", b, z, y, d);
 }
 
 /// \brief dz = dy * d with d = gelu'(z + b) from gelu_forward_saving_derivative, and db += the
