@@ -1,7 +1,8 @@
 // `tessera prepare text --tokenizer`: the ids in the file are Hugging Face tokenizers' (the
 // fixtures of tests/data/bpe, made by tools/make_bpe_fixtures.py), read back through h5py, on 1
 // and 2 ranks; a pre-tokenizer that joins lines falls back to whole files and still gives the
-// 1-rank file; bad input exits 2 with one error line naming the file, leaving no file behind.
+// 1-rank file; bad input exits 2 with one error line naming the file, leaving no file behind;
+// generate encodes and decodes with the tokenizer the dataset stores.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -146,6 +147,34 @@ TEST(PrepareTokens, BadInputExitsTwoWithOneLineNamingTheFileAndLeavesNoFile) {
     EXPECT_FALSE(fs::exists(out)) << args;
     EXPECT_FALSE(fs::exists(out + ".tmp")) << args;
   }
+}
+
+// `tessera generate` on a BPE dataset: the prompt encoded and the sample decoded with the
+// dataset's tokenizer (a 3001-id vocabulary: byte tokens could not name most of the model's
+// outputs); a prompt that is not UTF-8, and a model whose dataset is gone, are one line each.
+TEST(PrepareTokens, GenerateEncodesAndDecodesWithTheDatasetsTokenizer) {
+  const std::string dir = fresh_dir("tokens_generate"), data = dir + "/kjv.h5";
+  ASSERT_EQ(tessera(1, fmt::format("prepare text --out {} --tokenizer {}/gpt2/tokenizer.json {}/kjv_slice.txt", data,
+                                   kData, kData)).exit_code, 0);
+  const std::string deck = fmt::format("{}/tests/integration/gpt_test.toml --set data.path={} --set model.width=32 "
+                                       "--set model.heads=4 --set model.layers=1 --set model.context=16",
+                                       TESSERA_SOURCE_DIR, data);
+  const RunResult t = tessera(1, fmt::format("train {} --set train.steps=2 --set run.output_dir={}/run --set "
+                                             "eval.every_steps=0 --set eval.at_end=false", deck, dir));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const std::string checkpoint = dir + "/run/checkpoints/step_00000002.h5";
+  const auto generate = [&](const std::string& deck_args, const std::string& prompt) {
+    return shell(fmt::format("{} generate {} --checkpoint {} --prompt '{}' --tokens 8 --temperature 0", TESSERA_BINARY,
+                             deck_args, checkpoint, prompt));
+  };
+  const RunResult g = generate(deck, "In the beginning God");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_TRUE(g.output.starts_with("In the beginning God")) << g.output;
+  const RunResult bad = shell(fmt::format("{} generate {} --checkpoint {} --prompt \"$(printf 'In \\377')\" --tokens 2",
+                                          TESSERA_BINARY, deck, checkpoint));
+  expect_input_error(bad, "--prompt: byte 3 is not UTF-8, which the tokenizer of " + data + " reads");
+  const RunResult gone = generate(deck + " --set data.path=" + dir + "/gone.h5", "In the");
+  expect_input_error(gone, dir + "/gone.h5: no such file; data.path names the dataset whose tokenizer encodes the prompt");
 }
 
 }  // namespace
