@@ -12,8 +12,8 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
-#include "kernels/optimizer.hpp"
 #include "core/test_hooks.hpp"
+#include "kernels/optimizer.hpp"
 #include "optim/state_file.hpp"
 
 namespace tessera {
@@ -123,10 +123,10 @@ void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<flo
   if (!names_.empty() && state_offset + n > n_)
     throw std::logic_error("tessera::Optimizer::update: piece beyond the optimizer state");
   // The kernel on `count` elements: parameters p, gradients g, bf16 copies (or nullptr), state.
-  const auto step = [&](const auto& on, auto* p, auto* g, std::uint16_t* bf16, std::size_t count,
+  const auto step = [&](const auto& on, const auto& p, const auto& g, std::uint16_t* bf16, std::size_t count,
                         const std::vector<float*>& state) {
-    using Space = typename std::remove_cvref_t<decltype(*p)>::memory_space;
-    const VectorU<float, Space> pv(p->data(), count), gv(g->data(), count);
+    using Space = typename std::remove_cvref_t<decltype(p)>::memory_space;
+    const VectorU<float, Space> pv(p.data(), count), gv(g.data(), count);
     kernels::UpdateExtrasIn<Space> x{extras.grad_factor, {}};
     if (bf16 != nullptr) x.bf16 = VectorU<std::uint16_t, Space>(bf16, count);
     if (cfg_.kind == OptimizerKind::adamw) {
@@ -142,8 +142,7 @@ void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<flo
   if (!file_ && !staged_) {
     std::vector<float*> state;
     for (const auto& s : states_) state.push_back(s.data() + state_offset);
-    const VectorU<float> p = params, g = grads;
-    step(exec, &p, &g, extras.bf16.extent(0) > 0 ? extras.bf16.data() : nullptr, n, state);
+    step(exec, params, grads, extras.bf16.extent(0) > 0 ? extras.bf16.data() : nullptr, n, state);
     return;
   }
   // Offloaded: tile by tile. On disk each tile is read as whole blocks from the file, updated in
@@ -204,13 +203,12 @@ void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<flo
     if (staged_) {
       const Kokkos::DefaultHostExecutionSpace host;
       const VectorU<float, PinnedSpace> p = stage(stage_p_, k), g = stage(stage_g_, k);
-      step(host, &p, &g, copies ? stage_bf16_[k % depth_].data() : nullptr, count, state);
+      step(host, p, g, copies ? stage_bf16_[k % depth_].data() : nullptr, count, state);
       host.fence();
       Kokkos::deep_copy(exec, piece(params.data(), k), p);
       if (copies) Kokkos::deep_copy(exec, piece(extras.bf16.data(), k), stage(stage_bf16_, k));
     } else {
-      const VectorU<float> p = piece(params.data(), k), g = piece(grads.data(), k);
-      step(exec, &p, &g, copies ? piece(extras.bf16.data(), k).data() : nullptr, count, state);
+      step(exec, piece(params.data(), k), piece(grads.data(), k), copies ? piece(extras.bf16.data(), k).data() : nullptr, count, state);
       exec.fence();
     }
     if (file_)
