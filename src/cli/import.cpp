@@ -69,6 +69,11 @@ const io::SafetensorsEntry& expect(const io::SafetensorsFile& file, const std::s
 // (`h.<i>.attn.bias` [1, 1, n, n] and `attn.masked_bias`, in older files) and a head that repeats
 // the token embedding (`lm_head.weight`, tied: checked to be equal). Anything else is the
 // model's or an error.
+InputError untied_head(const io::SafetensorsFile& file) {
+  return InputError(fmt::format("{}: tensor lm_head.weight differs from the token embedding; Tessera's gpt ties its "
+                                "head to wte (a model with an untied head cannot be imported)", file.path()));
+}
+
 bool ignored(const io::SafetensorsFile& file, const io::SafetensorsEntry& e, const Config& cfg) {
   if (cfg.model.kind != ModelKind::gpt) return false;
   const bool buffer = (e.name.ends_with(".attn.bias") && e.shape.size() == 4) || e.name.ends_with(".attn.masked_bias");
@@ -76,10 +81,17 @@ bool ignored(const io::SafetensorsFile& file, const io::SafetensorsEntry& e, con
   if (e.name != "lm_head.weight") return false;
   const io::SafetensorsEntry* wte = file.find("transformer.wte.weight");
   if (wte == nullptr) wte = file.find("wte.weight");
-  if (wte == nullptr || wte->shape != e.shape || file.read(*wte) != file.read(e))
-    throw InputError(fmt::format("{}: tensor lm_head.weight differs from the token embedding; Tessera's gpt ties its "
-                                 "head to wte (a model with an untied head cannot be imported)", file.path()));
-  return true;
+  if (wte == nullptr || wte->shape != e.shape) throw untied_head(file);
+  return true;  // its values: check_tied_head, where rank 0 has read the embedding
+}
+
+// Rank 0, once the planned tensors are read: a file's lm_head.weight holds the embedding's values.
+void check_tied_head(const io::SafetensorsFile& file, const std::vector<Planned>& plan,
+                     const std::vector<std::vector<float>>& values) {
+  const io::SafetensorsEntry* head = file.find("lm_head.weight");
+  if (head == nullptr) return;
+  for (std::size_t i = 0; i < plan.size(); ++i)
+    if (plan[i].path == "model/wte.weight" && file.read(*head) != values[i]) throw untied_head(file);
 }
 
 // Every tensor of the checkpoint, matched against the file: the model's in order, then each state
@@ -247,7 +259,10 @@ int import_checkpoint(const ImportArgs& args) {
     planned = plan(*file, map, cfg, with_state);
     state = with_state ? metadata_state(file->path(), file->metadata(), cfg) : fresh_state(cfg);
     norm = import_norm(*file, cfg, shape);
-    if (comm.is_root()) values = read_planned(*file, planned);
+    if (comm.is_root()) {
+      values = read_planned(*file, planned);
+      check_tied_head(*file, planned, values);
+    }
   });
 
   io::CheckpointContent c;
