@@ -19,14 +19,16 @@ namespace tessera::kernels {
 
 /// \brief x = wte[tokens - first] (0 where that row is not in wte) + wpe[position] (when
 /// add_positions). tokens (B,T), wte (V,C), wpe (maxT,C) with maxT >= T, x (B*T,C) (overwritten).
+/// Without add_positions wpe is not read (an empty view will do: a model without position
+/// embeddings).
 template <class TokView, class WteView, class WpeView, class XView>
 void embedding_forward(const ExecSpace& exec, const TokView& tokens, const WteView& wte,
                        const WpeView& wpe, const XView& x, Index first = 0,
                        bool add_positions = true) {
   using T = typename XView::non_const_value_type;
   const Index seq = Index(tokens.extent(1));
-  if (Index(wpe.extent(0)) < seq || Index(x.extent(0)) != Index(tokens.extent(0)) * seq ||
-      x.extent(1) != wte.extent(1) || x.extent(1) != wpe.extent(1)) {
+  if ((add_positions && (Index(wpe.extent(0)) < seq || x.extent(1) != wpe.extent(1))) ||
+      Index(x.extent(0)) != Index(tokens.extent(0)) * seq || x.extent(1) != wte.extent(1)) {
     throw std::invalid_argument(
         "tessera::embedding_forward: expected tokens (B,T), wte (V,C), wpe (>=T,C), x (B*T,C)");
   }
@@ -44,20 +46,22 @@ void embedding_forward(const ExecSpace& exec, const TokView& tokens, const WteVi
 
 /// \brief dwte (rows [first, first + V) of the logical table) and dwpe accumulate the gradient
 /// of embedding_forward. tokens (B,T), dx (B*T,C), dwte (V,C), dwpe (maxT,C) with maxT >= T
-/// (rows >= T untouched).
+/// (rows >= T untouched); an empty dwpe: a model without position embeddings (none summed).
 template <class TokView, class DxView, class DwteView, class DwpeView>
 void embedding_backward(const ExecSpace& exec, const TokView& tokens, const DxView& dx,
                         const DwteView& dwte, const DwpeView& dwpe, Index first = 0) {
   using T = typename DwteView::non_const_value_type;
   const Index batch = Index(tokens.extent(0)), seq = Index(tokens.extent(1));
-  if (Index(dwpe.extent(0)) < seq || Index(dx.extent(0)) != batch * seq ||
-      dx.extent(1) != dwte.extent(1) || dx.extent(1) != dwpe.extent(1)) {
+  const bool positions = dwpe.extent(0) > 0;
+  if ((positions && (Index(dwpe.extent(0)) < seq || dx.extent(1) != dwpe.extent(1))) ||
+      Index(dx.extent(0)) != batch * seq || dx.extent(1) != dwte.extent(1)) {
     throw std::invalid_argument(
         "tessera::embedding_backward: expected tokens (B,T), dx (B*T,C), dwte (V,C), dwpe (>=T,C)");
   }
   using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>;
   const Index cols = Index(dx.extent(1));
   // Positions: sum over the batch.
+  if (positions)
   Kokkos::parallel_for(
       "tessera::embedding_backward::dwpe", Policy(exec, {0, 0}, {seq, cols}),
       KOKKOS_LAMBDA(const Index t, const Index c) {

@@ -159,7 +159,7 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
     }
     const EvalResult e = evaluate(cfg, comm, model, test);
     // The loss with 9 significant digits (float32's round trip), and what a sample is.
-    const std::string samples = cfg.model.kind == ModelKind::gpt
+    const std::string samples = is_transformer(cfg.model.kind)
                                     ? fmt::format("{} windows of {} tokens; loss and accuracy per token",
                                                   e.samples, cfg.model.context)
                                     : fmt::format("{} samples", e.samples);

@@ -56,7 +56,7 @@ Shape shape_of(const io::CheckpointFile& file, const std::string& name, std::siz
 ModelShape shape_from_checkpoint(const io::CheckpointFile& file, const Config& cfg) {
   ModelShape s;
   const auto& m = cfg.model;
-  if (m.kind == ModelKind::gpt) {
+  if (is_transformer(m.kind)) {
     s.in_features = m.context;
     s.outputs = static_cast<std::int64_t>(shape_of(file, "wte.weight", 2)[0]);
     s.sample_shape = {m.context};

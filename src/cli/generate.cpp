@@ -75,8 +75,8 @@ int generate(const GenerateArgs& args) {
   if (args.tokens < 0) throw InputError(fmt::format("--tokens {}: expected a count >= 0", args.tokens));
   if (args.temperature < 0) throw InputError(fmt::format("--temperature {}: expected >= 0 (0: greedy)", args.temperature));
   Config cfg = load_deck(args.deck.deck, args.deck.overrides);
-  if (cfg.model.kind != ModelKind::gpt)
-    throw InputError(fmt::format("{}: model.kind: generate needs \"gpt\", the deck says \"{}\"",
+  if (!is_transformer(cfg.model.kind))
+    throw InputError(fmt::format("{}: model.kind: generate needs \"gpt\" or \"llama\", the deck says \"{}\"",
                                  args.deck.deck, to_string(cfg.model.kind)));
   // One whole model per rank, however the checkpoint was written.
   cfg.parallel.data = 1;

@@ -11,7 +11,9 @@
 
 namespace tessera {
 
-enum class ModelKind { mlp, cnn, gpt, unet };
+enum class ModelKind { mlp, cnn, gpt, unet, llama };
+/// The decoder-only transformers (nn/gpt.hpp): GPT-2's block, or the Llama family's.
+inline bool is_transformer(ModelKind k) { return k == ModelKind::gpt || k == ModelKind::llama; }
 enum class Activation { relu, gelu };
 /// model.gelu_approximate: the gpt's GELU, exact (erf) or GPT-2's tanh form (PyTorch's nn.GELU(approximate=...)).
 enum class GeluApproximate { none, tanh };
@@ -65,6 +67,21 @@ struct ModelConfig {
   int heads = 4;                         ///< gpt: attention heads per block
   int width = 256;                       ///< gpt: embedding width (a multiple of heads)
   int context = 128;                     ///< gpt: tokens per sequence (position embeddings)
+  int kv_heads = 0;          ///< llama: key/value heads (grouped-query attention); 0: model.heads
+  int ffn_width = 0;         ///< llama: the SwiGLU MLP's hidden width; 0: llama_ffn_width(width)
+  double rope_theta = 10000.0;  ///< llama: base of the rotary position embeddings' frequencies
+  double norm_eps = 1e-5;       ///< llama: RMSNorm's epsilon
+  bool tie_embeddings = true;   ///< the output head is the token embedding (gpt: always)
+
+  /// llama: model.kv_heads with 0 resolved to model.heads.
+  int kv_heads_or_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  /// llama: model.ffn_width with 0 resolved: the smallest multiple of 256 at least 8/3 of the
+  /// width (the Llama reference's rule with multiple_of = 256).
+  int ffn_width_or_default() const {
+    if (ffn_width > 0) return ffn_width;
+    const long long w = (8LL * width + 2) / 3;
+    return static_cast<int>((w + 255) / 256 * 256);
+  }
 
   bool operator==(const ModelConfig&) const = default;
 };

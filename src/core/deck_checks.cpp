@@ -132,7 +132,8 @@ void resolve_layout(Config& cfg, int world_size) {
   if (world_size < 1) fail("parallel", fmt::format("the world has {} ranks; need at least 1", world_size));
 
   // How the model splits: known from the deck before any rank builds a model.
-  const bool gpt = cfg.model.kind == ModelKind::gpt;
+  const bool gpt = is_transformer(cfg.model.kind);
+  const bool llama = cfg.model.kind == ModelKind::llama;
   const int layers = gpt ? cfg.model.layers : static_cast<int>(cfg.model.hidden.size()) + 1;
   if (gpt) {
     const auto& m = cfg.model;
@@ -142,6 +143,21 @@ void resolve_layout(Config& cfg, int world_size) {
       fail("parallel.tensor", fmt::format("{} tensor ranks do not divide the {} attention heads "
                                           "(model.heads); each tensor rank holds whole heads",
                                           p.tensor, m.heads));
+    if (llama) {
+      const int kv = m.kv_heads_or_heads();
+      if (m.heads % kv != 0)
+        fail("model.kv_heads", fmt::format("{} key/value heads do not divide the {} attention heads (model.heads); "
+                                           "each key/value head serves a whole group of query heads", kv, m.heads));
+      if (kv % p.tensor != 0)
+        fail("parallel.tensor", fmt::format("{} tensor ranks do not divide the {} key/value heads (model.kv_heads); "
+                                            "each tensor rank holds whole key/value heads", p.tensor, kv));
+      if ((m.width / m.heads) % 2 != 0)
+        fail("model.heads", fmt::format("heads of width {} (model.width / model.heads) are odd; the rotary "
+                                        "embedding turns pairs of channels", m.width / m.heads));
+      if (m.ffn_width_or_default() % p.tensor != 0)
+        fail("parallel.tensor", fmt::format("{} tensor ranks do not divide the MLP's hidden width {} "
+                                            "(model.ffn_width)", p.tensor, m.ffn_width_or_default()));
+    }
   } else {
     for (std::size_t i = 0; i < cfg.model.hidden.size(); ++i)
       if (cfg.model.hidden[i] % p.tensor != 0)
@@ -149,7 +165,24 @@ void resolve_layout(Config& cfg, int world_size) {
                                             "every hidden width must be a multiple of parallel.tensor",
                                             p.tensor, i, cfg.model.hidden[i]));
   }
-  if (!gpt && cfg.model.gelu_approximate != GeluApproximate::none)
+  if (!llama) {  // the Llama family's keys, refused where they would change nothing
+    const ModelConfig defaults;
+    const auto refuse = [&](std::string_view key, const std::string& value, const std::string& fix) {
+      fail(key, fmt::format("{} configures a model.kind = \"llama\"; model.kind = \"{}\" has no such part ({})", value,
+                            to_string(cfg.model.kind), fix));
+    };
+    if (cfg.model.kv_heads != defaults.kv_heads)
+      refuse("model.kv_heads", std::to_string(cfg.model.kv_heads), "remove it or set 0");
+    if (cfg.model.ffn_width != defaults.ffn_width)
+      refuse("model.ffn_width", std::to_string(cfg.model.ffn_width), "remove it or set 0");
+    if (cfg.model.rope_theta != defaults.rope_theta)
+      refuse("model.rope_theta", fmt::format("{}", cfg.model.rope_theta), "remove it");
+    if (cfg.model.norm_eps != defaults.norm_eps)
+      refuse("model.norm_eps", fmt::format("{}", cfg.model.norm_eps), "remove it");
+    if (!cfg.model.tie_embeddings)
+      refuse("model.tie_embeddings", "false", "its head is always the token embedding: remove it");
+  }
+  if (cfg.model.kind != ModelKind::gpt && cfg.model.gelu_approximate != GeluApproximate::none)
     fail("model.gelu_approximate", fmt::format("\"{}\" chooses the gpt's GELU; model.kind = \"{}\" uses the exact "
                                                "one (model.activation = \"gelu\"); set it to \"none\"",
                                                to_string(cfg.model.gelu_approximate), to_string(cfg.model.kind)));

@@ -74,7 +74,7 @@ struct Choice {
   E value;
 };
 inline constexpr Choice<ModelKind> kModelKinds[] = {
-    {"mlp", ModelKind::mlp}, {"cnn", ModelKind::cnn}, {"gpt", ModelKind::gpt}, {"unet", ModelKind::unet}};
+    {"mlp", ModelKind::mlp}, {"cnn", ModelKind::cnn}, {"gpt", ModelKind::gpt}, {"unet", ModelKind::unet}, {"llama", ModelKind::llama}};
 inline constexpr Choice<Precision> kPrecisions[] = {
     {"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp16", Precision::fp16}};
 inline constexpr Choice<GemmLibrary> kGemmLibraries[] = {

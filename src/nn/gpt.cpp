@@ -17,6 +17,8 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/math.hpp"
 #include "kernels/precision.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
 #include "kernels/simd.hpp"
 
 namespace tessera::nn {
@@ -94,12 +96,35 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
                                  "GPU build takes heads up to {} wide: set more model.heads",
                                  C, C / shape_.heads, fused_attention_max_head_width));
   heads_local_ = shape_.heads / tp;
+  hd_ = C / shape_.heads;
+  if (shape_.llama) {
+    if (shape_.kv_heads < 1 || shape_.heads % shape_.kv_heads != 0 || shape_.kv_heads % tp != 0 ||
+        shape_.ffn < 1 || shape_.ffn % tp != 0 || hd_ % 2 != 0)
+      throw std::invalid_argument(fmt::format("tessera::nn::Gpt: llama with {} heads, {} key/value heads, MLP "
+                                              "width {}, head width {} on {} tensor ranks", shape_.heads,
+                                              shape_.kv_heads, shape_.ffn, hd_, tp));
+    kv_local_ = shape_.kv_heads / tp;
+    ffn_local_ = shape_.ffn / tp;
+    std::vector<T> c, sn;
+    kernels::rope_tables(shape_.context, hd_, shape_.rope_theta, c, sn);
+    const auto table = [&](const char* what, const std::vector<T>& host) {
+      Vector<T> v(Kokkos::view_alloc(mem::label(mem::Category::act, std::string("tessera::nn::Gpt::") + what),
+                                     Kokkos::WithoutInitializing), host.size());
+      Kokkos::deep_copy(v, Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(),
+                                                                                                         host.size()));
+      return v;
+    };
+    rope_cos_ = table("rope.cos", c);
+    rope_sin_ = table("rope.sin", sn);
+  } else if (!shape_.tied) {
+    throw std::invalid_argument("tessera::nn::Gpt: GPT-2's head is always tied to wte");
+  }
   vocab_local_ = shape_.vocab / tp;
   vocab_first_ = t * vocab_local_;
   const std::int64_t V = shape_.vocab, Vl = vocab_local_;
   const double std_init = 0.02, std_proj = 0.02 / std::sqrt(2.0 * L);  // GPT-2's scaled residual init
   const Placement vocab_rows{{V, C}, {std::int64_t(t) * Vl, 0}, tp > 1, Tie::none};
-  const bool tied_across_stages = first_stage() != last_stage();
+  const bool tied_across_stages = shape_.tied && first_stage() != last_stage();
 
   if (first_stage()) {
     store.begin_unit(/*solo=*/true);
@@ -107,15 +132,35 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
     Placement p = vocab_rows;
     p.tie = tied_across_stages ? Tie::original : Tie::none;
     wte_ = store.add("wte.weight", {Vl, C}, InitKind::normal, std_init, p);
-    store.begin_unit();
-    wpe_unit_ = store.units() - 1;
-    wpe_ = store.add("wpe.weight", {shape_.context, C}, InitKind::normal, std_init);
+    if (!shape_.llama) {
+      store.begin_unit();
+      wpe_unit_ = store.units() - 1;
+      wpe_ = store.add("wpe.weight", {shape_.context, C}, InitKind::normal, std_init);
+    }
   }
   typename Linear<T>::Options column{1, false, InitKind::normal, std_init, true, part_.precision};
   typename Linear<T>::Options qkv_opts = column;
   qkv_opts.groups = 3;
   typename Linear<T>::Options row{1, false, InitKind::normal, std_proj, true, part_.precision};
-  for (int i = first_; i < end_; ++i) {
+  typename Linear<T>::Options llama_column = column, llama_row = row;
+  llama_column.bias = llama_row.bias = false;
+  for (int i = first_; i < end_ && shape_.llama; ++i) {
+    const std::string n = fmt::format("blocks.{}", i);
+    store.begin_unit();
+    const std::size_t unit = store.units() - 1;
+    const std::size_t ln1_w = store.add(n + ".ln_1.weight", {C}, InitKind::ones);
+    const int kv = shape_.kv_heads * hd_;
+    Linear<T> q(store, n + ".attn.q", C, C, Split::column, tp, t, llama_column);
+    Linear<T> k(store, n + ".attn.k", C, kv, Split::column, tp, t, llama_column);
+    Linear<T> v(store, n + ".attn.v", C, kv, Split::column, tp, t, llama_column);
+    Linear<T> proj(store, n + ".attn.proj", C, C, Split::row, tp, t, llama_row);
+    const std::size_t ln2_w = store.add(n + ".ln_2.weight", {C}, InitKind::ones);
+    Linear<T> gate(store, n + ".mlp.gate", C, shape_.ffn, Split::column, tp, t, llama_column);
+    Linear<T> up(store, n + ".mlp.up", C, shape_.ffn, Split::column, tp, t, llama_column);
+    Linear<T> down(store, n + ".mlp.proj", shape_.ffn, C, Split::row, tp, t, llama_row);
+    blocks_.push_back(Block{unit, ln1_w, npos, ln2_w, npos, q, proj, gate, down, k, v, up});
+  }
+  for (int i = first_; i < end_ && !shape_.llama; ++i) {
     const std::string n = fmt::format("blocks.{}", i);
     store.begin_unit();
     const std::size_t unit = store.units() - 1;
@@ -127,13 +172,18 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
     const std::size_t ln2_b = store.add(n + ".ln_2.bias", {C}, InitKind::zeros);
     Linear<T> fc(store, n + ".mlp.fc", C, 4 * C, Split::column, tp, t, column);
     Linear<T> mproj(store, n + ".mlp.proj", 4 * C, C, Split::row, tp, t, row);
-    blocks_.push_back(Block{unit, ln1_w, ln1_b, ln2_w, ln2_b, qkv, proj, fc, mproj});
+    blocks_.push_back(Block{unit, ln1_w, ln1_b, ln2_w, ln2_b, qkv, proj, fc, mproj, {}, {}, {}});
   }
   if (last_stage()) {
     store.begin_unit();
     lnf_unit_ = store.units() - 1;
     lnf_w_ = store.add("ln_f.weight", {C}, InitKind::ones);
-    lnf_b_ = store.add("ln_f.bias", {C}, InitKind::zeros);
+    if (!shape_.llama) lnf_b_ = store.add("ln_f.bias", {C}, InitKind::zeros);
+    if (!shape_.tied) {
+      store.begin_unit(/*solo=*/true);
+      lm_head_unit_ = store.units() - 1;
+      lm_head_ = store.add("lm_head.weight", {Vl, C}, InitKind::normal, std_init, vocab_rows);
+    }
     if (tied_across_stages) {
       store.begin_unit(/*solo=*/true);
       wte_copy_unit_ = store.units() - 1;
@@ -142,6 +192,16 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
       wte_copy_ = store.add("wte.weight", {Vl, C}, InitKind::normal, std_init, p);
     }
   }
+}
+
+template <class T>
+std::size_t Gpt<T>::mlp_local() const {
+  return shape_.llama ? std::size_t(ffn_local_) : 4 * std::size_t(shape_.width / part_.tp);
+}
+
+template <class T>
+std::size_t Gpt<T>::fc_local() const {
+  return shape_.llama ? 2 * std::size_t(ffn_local_) : mlp_local();
 }
 
 template <class T>
@@ -164,23 +224,24 @@ typename Gpt<T>::Acts Gpt<T>::make_acts(const char* what) const {
   if (bf16_acts_) {  // what only products read, in bf16
     a.ln1_16 = alloc_matrix<std::uint16_t>(w + ".ln1 (bf16)", n, C);
     a.ln2_16 = alloc_matrix<std::uint16_t>(w + ".ln2 (bf16)", n, C);
-    a.h16 = alloc_matrix<std::uint16_t>(w + ".h (bf16)", n, 4 * Cl);
+    a.h16 = alloc_matrix<std::uint16_t>(w + ".h (bf16)", n, mlp_local());
     a.qkv16 = alloc_matrix<std::uint16_t>(w + ".qkv (bf16 head blocks)", n, 3 * Cl);
     a.y16 = alloc_matrix<std::uint16_t>(w + ".y (bf16)", n, Cl);
     a.att16 = scores<std::uint16_t>(w + ".att (bf16)");
   } else {
     a.ln1 = alloc_matrix<T>(w + ".ln1", n, C);
     a.ln2 = alloc_matrix<T>(w + ".ln2", n, C);
-    a.h = alloc_matrix<T>(w + ".h", n, 4 * Cl);
+    a.h = alloc_matrix<T>(w + ".h", n, mlp_local());
     a.qkv = alloc_matrix<T>(w + ".qkv", n, 3 * Cl);
     a.y = alloc_matrix<T>(w + ".y", n, Cl);
     a.att = scores<T>(w + ".att");
   }
   a.x1 = alloc_matrix<T>(w + ".x1", n, C);
-  a.fc = alloc_matrix<T>(w + ".fc", n, 4 * Cl);
-  a.mean1 = alloc_vector<T>(w + ".mean1", n);
+  if (shape_.llama && bf16_acts_) a.fc16 = alloc_matrix<std::uint16_t>(w + ".gate, up (bf16)", n, fc_local());
+  else a.fc = alloc_matrix<T>(w + ".fc", n, fc_local());
+  if (!shape_.llama) a.mean1 = alloc_vector<T>(w + ".mean1", n);
   a.rstd1 = alloc_vector<T>(w + ".rstd1", n);
-  a.mean2 = alloc_vector<T>(w + ".mean2", n);
+  if (!shape_.llama) a.mean2 = alloc_vector<T>(w + ".mean2", n);
   a.rstd2 = alloc_vector<T>(w + ".rstd2", n);
   return a;
 }
@@ -212,7 +273,7 @@ void Gpt<T>::add_slot() {
   if (last_stage()) {
     if (bf16_acts_) s.hf16 = alloc_matrix<std::uint16_t>("ln_f (bf16)", n, C);
     else s.hf = alloc_matrix<T>("ln_f", n, C);
-    s.meanf = alloc_vector<T>("ln_f.mean", n);
+    if (!shape_.llama) s.meanf = alloc_vector<T>("ln_f.mean", n);
     s.rstdf = alloc_vector<T>("ln_f.rstd", n);
     const std::size_t width = Tn * static_cast<std::size_t>(vocab_local_);
     if (bf16_acts_) {
@@ -232,18 +293,26 @@ void Gpt<T>::add_slot() {
     dres_ = alloc_matrix<T>("dres", n, C);
     d1_ = alloc_matrix<T>("d1", n, C);
     if (bf16_acts_) {
-      dh16_ = alloc_matrix<std::uint16_t>("dh (bf16)", n, 4 * Cl);
+      dh16_ = alloc_matrix<std::uint16_t>("dh (bf16)", n, mlp_local());
       dy16_ = alloc_matrix<std::uint16_t>("dy (bf16)", n, Cl);
       dqkv16_ = alloc_matrix<std::uint16_t>("dqkv (bf16)", n, 3 * Cl);
       dscores16_ = scores<std::uint16_t>("dscores (bf16)");
-      if (part_.tp > 1) dln_ = alloc_matrix<T>("dln", n, C);
+      if (part_.tp > 1 || shape_.llama) dln_ = alloc_matrix<T>("dln", n, C);
       else dln16_ = alloc_matrix<std::uint16_t>("dln (bf16)", n, C);
+      if (shape_.llama) {
+        qkvc16_ = alloc_matrix<std::uint16_t>("q, k, v (bf16)", n, qkv_compact());
+        dgu16_ = alloc_matrix<std::uint16_t>("dgate, dup (bf16)", n, fc_local());
+      }
     } else {
       dln_ = alloc_matrix<T>("dln", n, C);
       dqkv_ = alloc_matrix<T>("dqkv", n, 3 * Cl);
       dy_ = alloc_matrix<T>("dy", n, Cl);
-      dh_ = alloc_matrix<T>("dh", n, 4 * Cl);
+      dh_ = alloc_matrix<T>("dh", n, mlp_local());
       dscores_ = scores<T>("dscores");
+      if (shape_.llama) {
+        qkvc_ = alloc_matrix<T>("q, k, v", n, qkv_compact());
+        dgu_ = alloc_matrix<T>("dgate, dup", n, fc_local());
+      }
     }
     dhf_ = alloc_matrix<T>("dhf", n, C);
     xent_ = alloc_vector<T>("xent", n * static_cast<std::size_t>(2 * part_.tp + 1));
@@ -259,6 +328,23 @@ double Gpt<T>::activation_bytes(int max_batch, int slots) const {
   const double f = sizeof(T), h = sizeof(std::uint16_t), p = bf16 ? h : f;
   const auto bytes = [](double elements, double size) { return mem::view_bytes(elements, size); };
   const double scores = B * heads_local_ * Tn * double(attention_scores_width(std::size_t(shape_.context)));
+  if (shape_.llama) {
+    // As below, with the llama's widths: h (F/tp) and gate, up (2F/tp, in p) in place of the
+    // GELU's 4C/tp pair, two row statistics per block (RMSNorm's rstd) and one for ln_f; the
+    // working set adds dln in T, the compact q, k, v and the gate's and up's gradients.
+    const double Fl = double(mlp_local()), Gl = double(fc_local()), qc = double(qkv_compact());
+    const double acts = 2 * bytes(n * C, p) + bytes(n * Fl, p) + bytes(n * 3 * Cl, p) + bytes(n * Cl, p) +
+                        bytes(scores, p) + bytes(n * C, f) + bytes(n * Gl, p) + 2 * bytes(n, f);
+    double slot = bytes(B * input_width(), f) + (first_stage() ? bytes(n * C, f) : 0.0);
+    slot += double(blocks_.size()) * (bytes(n * C, f) + (part_.recompute ? 0.0 : acts));
+    slot += last_stage() ? bytes(n * C, p) + bytes(n, f) + 2 * bytes(n * vocab_local_, p) : bytes(n * C, f);
+    if (!first_stage()) slot += bytes(n * C, f);
+    const double e = bf16 ? h : f;
+    const double shared = (part_.recompute ? acts : 0.0) + 4 * bytes(n * C, f) + bytes(n * (2 * part_.tp + 1), f) +
+                          bytes(n * Fl, e) + bytes(n * Cl, e) + bytes(n * 3 * Cl, e) + bytes(scores, e) +
+                          bytes(n * qc, e) + bytes(n * Gl, e) + 2 * bytes(Tn * (hd_ / 2), f);  // + the RoPE tables
+    return double(slots) * slot + shared;
+  }
   // One block's tensors: ln1, ln2, h, qkv, y, att in p; x1, fc, four row statistics in T.
   const double acts = 2 * bytes(n * C, p) + bytes(n * 4 * Cl, p) + bytes(n * 3 * Cl, p) + bytes(n * Cl, p) +
                       bytes(scores, p) + bytes(n * C, f) + bytes(n * 4 * Cl, f) + 4 * bytes(n, f);
@@ -285,8 +371,8 @@ template <class T>
 void Gpt<T>::clear_slots() {
   slots_.clear();
   work_ = Acts{};
-  dh16_ = dy16_ = dqkv16_ = dln16_ = Matrix<std::uint16_t>();
-  dln_ = dqkv_ = dy_ = dh_ = Matrix<T>();
+  dh16_ = dy16_ = dqkv16_ = dln16_ = qkvc16_ = dgu16_ = Matrix<std::uint16_t>();
+  dln_ = dqkv_ = dy_ = dh_ = qkvc_ = dgu_ = Matrix<T>();
   dscores_ = {};
   dscores16_ = {};
 }
@@ -345,15 +431,17 @@ void Gpt<T>::tensor_sum(const ExecSpace& exec, const MatrixU<T>& m) const {
 
 template <class T>
 void Gpt<T>::embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const MatrixU<T>& x) const {
+  const bool positions = wpe_ != npos;
   if (hooks_) {
     hooks_->before_forward(wte_unit_);
-    hooks_->before_forward(wpe_unit_);
+    if (positions) hooks_->before_forward(wpe_unit_);
   }
-  kernels::embedding_forward(exec, tokens, store_->value_matrix(wte_), store_->value_matrix(wpe_), x,
-                             vocab_first_, part_.t == 0);
+  kernels::embedding_forward(exec, tokens, store_->value_matrix(wte_),
+                             positions ? store_->value_matrix(wpe_) : MatrixU<T>(), x, vocab_first_,
+                             positions && part_.t == 0);
   tensor_sum(exec, x);  // one rank added the positions, each its vocabulary rows
   if (hooks_) {
-    hooks_->after_forward(wpe_unit_);
+    if (positions) hooks_->after_forward(wpe_unit_);
     hooks_->after_forward(wte_unit_);
   }
 }
@@ -362,18 +450,24 @@ template <class T>
 void Gpt<T>::block_forward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
                            const Acts& a, int tokens, const MatrixU<T>& out) const {
   if constexpr (std::is_same_v<T, float>) {
-    if (bf16_acts()) return block_forward_as<std::uint16_t>(exec, b, x, a, tokens, out);
+    if (bf16_acts())
+      return shape_.llama ? llama_forward_as<std::uint16_t>(exec, b, x, a, tokens, out)
+                          : block_forward_as<std::uint16_t>(exec, b, x, a, tokens, out);
   }
-  block_forward_as<T>(exec, b, x, a, tokens, out);
+  if (shape_.llama) llama_forward_as<T>(exec, b, x, a, tokens, out);
+  else block_forward_as<T>(exec, b, x, a, tokens, out);
 }
 
 template <class T>
 void Gpt<T>::block_backward(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
                             const Acts& a, int tokens, const MatrixU<T>& dres) const {
   if constexpr (std::is_same_v<T, float>) {
-    if (bf16_acts()) return block_backward_as<std::uint16_t>(exec, b, x, a, tokens, dres);
+    if (bf16_acts())
+      return shape_.llama ? llama_backward_as<std::uint16_t>(exec, b, x, a, tokens, dres)
+                          : block_backward_as<std::uint16_t>(exec, b, x, a, tokens, dres);
   }
-  block_backward_as<T>(exec, b, x, a, tokens, dres);
+  if (shape_.llama) llama_backward_as<T>(exec, b, x, a, tokens, dres);
+  else block_backward_as<T>(exec, b, x, a, tokens, dres);
 }
 
 template <class T>
@@ -529,9 +623,13 @@ void Gpt<T>::backward(const ExecSpace& exec, int slot) {
     const MatrixU<T> dhf = tokens_rows(dhf_, tokens);
     tensor_sum(exec, dhf);
     if (hooks_) hooks_->before_backward(lnf_unit_);
-    kernels::layernorm_backward(exec, tokens_rows(s.x.back(), tokens), store_->value(lnf_w_),
-                                first(s.meanf, std::size_t(tokens)), first(s.rstdf, std::size_t(tokens)), dhf, dres,
-                                store_->grad(lnf_w_), store_->grad(lnf_b_));
+    if (shape_.llama)
+      kernels::rmsnorm_backward(exec, tokens_rows(s.x.back(), tokens), store_->value(lnf_w_),
+                                first(s.rstdf, std::size_t(tokens)), dhf, dres, store_->grad(lnf_w_));
+    else
+      kernels::layernorm_backward(exec, tokens_rows(s.x.back(), tokens), store_->value(lnf_w_),
+                                  first(s.meanf, std::size_t(tokens)), first(s.rstdf, std::size_t(tokens)), dhf, dres,
+                                  store_->grad(lnf_w_), store_->grad(lnf_b_));
     if (hooks_) hooks_->after_backward(lnf_unit_);
   } else {
     Kokkos::deep_copy(exec, dres, MatrixU<T>(s.doutput.data(), n, C));
@@ -549,14 +647,15 @@ void Gpt<T>::backward(const ExecSpace& exec, int slot) {
     if (hooks_) hooks_->after_backward(b.unit);
   }
   if (first_stage()) {
+    const bool positions = wpe_ != npos;
     if (hooks_) {
-      hooks_->before_backward(wpe_unit_);
+      if (positions) hooks_->before_backward(wpe_unit_);
       hooks_->before_backward(wte_unit_);
     }
-    kernels::embedding_backward(exec, rows(s.input, batch), MatrixU<const T>(dres),
-                                store_->grad_matrix(wte_), store_->grad_matrix(wpe_), vocab_first_);
+    kernels::embedding_backward(exec, rows(s.input, batch), MatrixU<const T>(dres), store_->grad_matrix(wte_),
+                                positions ? store_->grad_matrix(wpe_) : MatrixU<T>(), vocab_first_);
     if (hooks_) {
-      hooks_->after_backward(wpe_unit_);
+      if (positions) hooks_->after_backward(wpe_unit_);
       hooks_->after_backward(wte_unit_);
     }
   } else {

@@ -29,13 +29,29 @@
 //
 // Activations: with recompute off, a slot keeps every block's intermediate tensors; with it on,
 // only each block's input, and backward recomputes the block's forward into one shared set.
+// The Llama family (GptShape::llama; docs/models.md gives every formula): the same skeleton with
+// RMSNorm (no biases anywhere), no position embedding but rotary embeddings of q and k
+// (kernels/rope.hpp: Hugging Face's half-split rotate_half), grouped-query attention (kv_heads
+// key/value heads, each shared by heads/kv_heads query heads: the attention reads them repeated,
+// as Hugging Face's repeat_kv), a SwiGLU MLP of its own width (down(silu(gate x) * up x)) and a
+// head tied to wte or its own lm_head.weight [V, C] (vocabulary-parallel like wte). Its names:
+//   wte.weight, blocks.{i}.ln_1.weight, blocks.{i}.attn.q.weight [H hd, C], .attn.k.weight and
+//   .attn.v.weight [KV hd, C], .attn.proj.weight [C, C], blocks.{i}.ln_2.weight,
+//   blocks.{i}.mlp.gate.weight and .mlp.up.weight [F, C], .mlp.proj.weight [C, F], ln_f.weight,
+//   lm_head.weight (untied only).
+// Tensor parallelism splits the query heads and the key/value heads alike (tp divides kv_heads),
+// gate and up by columns, proj and mlp.proj by rows; the unit layout and the pipeline cuts are the
+// GPT's (without wpe; an untied head is a unit of its own on the last stage).
+//
 // Every product computes in Part::precision (train.precision, decided by whoever builds the
 // model). Where the products take bf16 operands (blas::bf16_operands(Part::precision): bf16 on a
 // host bf16 GEMM), the tensors only products read (ln_1's, ln_2's and ln_f's outputs, the GELU's,
 // qkv) are kept in bf16 (half the bytes, no packing, the same bits), and the products read the
 // weights' bf16 copies (nn/linear.hpp).
+#include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +69,12 @@ struct GptShape {
   int heads = 4;
   int layers = 4;     ///< blocks
   bool gelu_tanh = false;  ///< the MLP's GELU in GPT-2's tanh form (model.gelu_approximate)
+  bool llama = false;      ///< the Llama family's block (RMSNorm, RoPE, GQA, SwiGLU, no biases)
+  int kv_heads = 0;        ///< llama: key/value heads (divides heads)
+  int ffn = 0;             ///< llama: the SwiGLU MLP's hidden width
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;  ///< llama: RMSNorm's epsilon
+  bool tied = true;        ///< the head is wte (else lm_head.weight; llama only)
 };
 
 template <class T>
@@ -116,6 +138,7 @@ class Gpt : public Network<T> {
   struct Acts {
     Matrix<T> ln1, qkv, y, x1, ln2, fc, h;
     Matrix<std::uint16_t> ln1_16, ln2_16, h16, qkv16, y16;
+    Matrix<std::uint16_t> fc16;  // llama under bf16 activations: gate and up (the products' bf16 outputs)
     Vector<T> mean1, rstd1, mean2, rstd2;
     Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> att;
     Kokkos::View<std::uint16_t****, Kokkos::LayoutRight, MemSpace> att16;
@@ -123,7 +146,8 @@ class Gpt : public Network<T> {
   struct Block {
     std::size_t unit = 0;
     std::size_t ln1_w = 0, ln1_b = 0, ln2_w = 0, ln2_b = 0;
-    Linear<T> qkv, proj, fc, mproj;
+    Linear<T> qkv, proj, fc, mproj;  // llama: qkv is q, fc is gate
+    std::optional<Linear<T>> k, v, up;  // llama only
   };
   struct Slot {
     Matrix<T> input;           // (B, input_width)
@@ -160,6 +184,17 @@ class Gpt : public Network<T> {
   void residual_forward_bf16(const ExecSpace& exec, const Linear<T>& l, const Bf16Matrix& in,
                              const MatrixU<const T>& res, const MatrixU<T>& out,
                              const MatrixU<std::uint16_t>& scratch) const;
+  // The Llama family's block (nn/llama_block.cpp), as block_forward_as/block_backward_as.
+  template <class A>
+  void llama_forward_as(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x, const Acts& a, int tokens,
+                        const MatrixU<T>& out) const;
+  template <class A>
+  void llama_backward_as(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x, const Acts& a, int tokens,
+                         const MatrixU<T>& dres) const;
+  /// The q, k and v blocks (or the MLP's gate and up) of a llama buffer of `tokens` rows: consecutive
+  /// row-major matrices of the given widths.
+  template <class E>
+  static std::array<MatrixU<E>, 3> parts(E* base, int tokens, std::array<int, 3> widths);
   void head_backward(const ExecSpace& exec, const Slot& s, int tokens) const;
   /// The head's weight as the products read it: its bf16 copy or its values (float models).
   blas::Operand head_weight_operand(const ExecSpace& exec) const;
@@ -172,18 +207,31 @@ class Gpt : public Network<T> {
   void tensor_sum(const ExecSpace& exec, const MatrixU<T>& m) const;
   void embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const MatrixU<T>& x) const;
   void head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const;
-  std::size_t head_unit() const { return wte_copy_unit_ != npos ? wte_copy_unit_ : wte_unit_; }
-  std::size_t head_weight() const { return wte_copy_ != npos ? wte_copy_ : wte_; }
+  std::size_t head_unit() const { return head_own_unit() != npos ? head_own_unit() : wte_unit_; }
+  std::size_t head_weight() const { return lm_head_ != npos ? lm_head_ : wte_copy_ != npos ? wte_copy_ : wte_; }
+  /// The unit of the head alone (an untied head, or the last stage's copy of wte), npos where the
+  /// head is wte on the embedding's stage.
+  std::size_t head_own_unit() const { return lm_head_unit_ != npos ? lm_head_unit_ : wte_copy_unit_; }
+  /// This rank's widths: the MLP's hidden width (h), what its first products write (fc: gate and
+  /// up for llama), the compact q, k, v of a llama.
+  std::size_t mlp_local() const;
+  std::size_t fc_local() const;
+  std::size_t qkv_compact() const { return std::size_t(heads_local_ + 2 * kv_local_) * std::size_t(hd_); }
+  /// The final norm (LayerNorm, or llama's RMSNorm) of x into the slot's hf/hf16.
+  void final_norm(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const;
 
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   GptShape shape_;
   Part part_;
   int first_ = 0, end_ = 0;
   int heads_local_ = 0, vocab_local_ = 0, vocab_first_ = 0;
+  int kv_local_ = 0, ffn_local_ = 0, hd_ = 0;  // llama: key/value heads, MLP width on this rank; head width
+  Vector<T> rope_cos_, rope_sin_;              // llama: kernels::rope_tables
   ParamStore<T>* store_;
   std::vector<Block> blocks_;
   std::size_t wte_ = npos, wpe_ = npos, wte_copy_ = npos, lnf_w_ = npos, lnf_b_ = npos;
   std::size_t wte_unit_ = npos, wpe_unit_ = npos, lnf_unit_ = npos, wte_copy_unit_ = npos;
+  std::size_t lm_head_ = npos, lm_head_unit_ = npos;  // an untied head (llama)
   std::vector<Slot> slots_;
   bool bf16_acts_ = false;  // decided with the first slot: blas::bf16_operands(part_.precision) then
   // Shared by every slot: backward's working buffers and, with recompute, one block's tensors.
@@ -198,6 +246,10 @@ class Gpt : public Network<T> {
   Kokkos::View<T****, Kokkos::LayoutRight, MemSpace> dscores_;
   Kokkos::View<std::uint16_t****, Kokkos::LayoutRight, MemSpace> dscores16_;
   Vector<T> xent_;  // loss: per-row (max, sum) of every tensor rank, then the target logits
+  // llama: the compact q, k, v (forward: the products' outputs; backward: their gradients) and
+  // the gradients of gate and up; in bf16 under bf16 activations.
+  Matrix<T> qkvc_, dgu_;
+  Matrix<std::uint16_t> qkvc16_, dgu16_;
 };
 
 extern template class Gpt<float>;

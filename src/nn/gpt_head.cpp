@@ -12,25 +12,32 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/math.hpp"
 #include "kernels/precision.hpp"
+#include "kernels/rmsnorm.hpp"
 #include "kernels/simd.hpp"
 #include "nn/gpt.hpp"
 
 namespace tessera::nn {
 
 template <class T>
+void Gpt<T>::final_norm(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const {
+  const auto n = std::size_t(tokens);
+  const VectorU<T> rstd = first(s.rstdf, n);
+  const auto norm = [&](const auto& out) {
+    if (shape_.llama) kernels::rmsnorm_forward(exec, x, store_->value(lnf_w_), out, rstd, shape_.norm_eps);
+    else kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), out, first(s.meanf, n), rstd);
+  };
+  if (bf16_acts()) {
+    if constexpr (std::is_same_v<T, float>) norm(first_rows(s.hf16, n));
+  } else {
+    norm(first_rows(s.hf, n));
+  }
+}
+
+template <class T>
 void Gpt<T>::head_forward(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const {
   if (hooks_) hooks_->before_forward(lnf_unit_);
-  const auto n = std::size_t(tokens);
-  const VectorU<T> mean = first(s.meanf, n), rstd = first(s.rstdf, n);
+  final_norm(exec, x, s, tokens);
   const bool h16 = bf16_acts();
-  if (h16) {
-    if constexpr (std::is_same_v<T, float>)
-      kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), first_rows(s.hf16, n),
-                                 mean, rstd);
-  } else {
-    kernels::layernorm_forward(exec, x, store_->value(lnf_w_), store_->value(lnf_b_), first_rows(s.hf, n), mean,
-                               rstd);
-  }
   if (hooks_) {
     hooks_->after_forward(lnf_unit_);
     hooks_->before_forward(head_unit());
@@ -95,8 +102,8 @@ void Gpt<T>::head_backward(const ExecSpace& exec, const Slot& s, int tokens) con
     blas::matmul(exec, p, blas::Op::T, blas::Op::N, Vl, C, tokens, T(1), dlogits, Vl, s.hf.data(), C, T(1), dw, C);
     blas::matmul(exec, p, blas::Op::N, blas::Op::N, tokens, C, Vl, T(1), dlogits, Vl, w.data(), C, T(0), dhf, C);
   }
-  // On a single stage the head shares its unit with the embedding, whose backward ends it.
-  if (hooks_ && wte_copy_unit_ != npos) hooks_->after_backward(wte_copy_unit_);
+  // On a single stage a tied head shares its unit with the embedding, whose backward ends it.
+  if (hooks_ && head_own_unit() != npos) hooks_->after_backward(head_own_unit());
 }
 
 namespace {
@@ -221,6 +228,7 @@ void Gpt<T>::next_token_logits(const ExecSpace& exec, int slot, int positions, c
 }
 
 #define TESSERA_GPT_HEAD(T)                                                                                        \
+  template void Gpt<T>::final_norm(const ExecSpace&, const MatrixU<const T>&, const Slot&, int) const;           \
   template void Gpt<T>::head_forward(const ExecSpace&, const MatrixU<const T>&, const Slot&, int) const;          \
   template blas::Operand Gpt<T>::head_weight_operand(const ExecSpace&) const;                                      \
   template void Gpt<T>::head_backward(const ExecSpace&, const Slot&, int) const;                                   \

@@ -79,6 +79,7 @@ class Linear {
     double weight_bound = 0.0;  ///< uniform bound or normal std; 0: 1/sqrt(in), uniform
     bool zero_bias = false;     ///< biases start at zero (else U(-1/sqrt(in), 1/sqrt(in)))
     Precision precision = Precision::fp32;  ///< of every product (train.precision; float layers)
+    bool bias = true;           ///< false: no bias parameter (the Llama family's layers)
   };
 
   /// \brief Registers `<prefix>.weight` [out, in] and `<prefix>.bias` [out] in `store` (this
@@ -105,8 +106,9 @@ class Linear {
                   split_ != Split::none};
       Placement b{{out}, {row0}, split_ == Split::column};
       weight_ = store.add(prefix + ".weight", {out_, in_}, w_init, w_bound, w);
-      bias_ = store.add(prefix + ".bias", {out_}, b_init, bound, b);
+      if (options.bias) bias_ = store.add(prefix + ".bias", {out_}, b_init, bound, b);
     } else {
+      if (!options.bias) throw std::invalid_argument(prefix + ": a fused projection without a bias");
       Placement w{{groups, out / groups, in}, {0, row0, 0}, split_ != Split::none};
       Placement b{{groups, out / groups}, {0, row0}, split_ == Split::column};
       weight_ = store.add(prefix + ".weight", {groups, out_ / groups, in_}, w_init, w_bound, w);
@@ -121,7 +123,10 @@ class Linear {
   /// The precision of the layer's products (blas::matmul).
   Precision precision() const { return precision_; }
   std::size_t weight_index() const { return weight_; }
+  /// The bias's index in the store; no_bias where the layer has none (Options::bias).
   std::size_t bias_index() const { return bias_; }
+  bool has_bias() const { return bias_ != no_bias; }
+  static constexpr std::size_t no_bias = static_cast<std::size_t>(-1);
   /// The store's unit holding this layer's parameters.
   std::size_t unit() const { return unit_; }
 
@@ -158,13 +163,13 @@ class Linear {
     if (split_ == Split::row)
       throw std::logic_error("tessera::nn::Linear::forward_bf16: a bf16 output of a row-parallel layer");
     product_bf16(exec, blas::Op::N, blas::Op::T, int(x.extent(0)), out_, in_, In{nullptr, x.data(), ld(x)},
-                 In{nullptr, nullptr, 0}, who == Bias::layer ? store_->value(bias_).data() : nullptr, y.data(),
+                 In{nullptr, nullptr, 0}, who == Bias::layer && has_bias() ? store_->value(bias_).data() : nullptr, y.data(),
                  ld(y));
   }
 
   /// \brief y += b (row-parallel layers, after the sum over the tensor group).
   void add_bias(const ExecSpace& exec, const MatrixU<T>& y) const {
-    kernels::bias_add(exec, store_->value(bias_), y);
+    if (has_bias()) kernels::bias_add(exec, store_->value(bias_), y);
   }
 
   /// Sums a buffer over the tensor group in place.
@@ -231,7 +236,7 @@ class Linear {
                      const MatrixU<std::uint16_t>& dx, Bias who = Bias::layer) const {
     check_shape("backward: x", x, int(x.extent(0)), in_);
     check_shape("backward: dy", dy, int(x.extent(0)), out_);
-    if (who == Bias::layer) kernels::bias_backward(exec, dy, store_->grad(bias_));
+    if (who == Bias::layer && has_bias()) kernels::bias_backward(exec, dy, store_->grad(bias_));
     backward_products_bf16(exec, int(x.extent(0)), In{nullptr, x.data(), ld(x)}, In{dy.data(), nullptr, ld(dy)}, dx);
   }
   void backward_bf16(const ExecSpace& exec, const Bf16Matrix& x, const Bf16Matrix& dy,
@@ -248,7 +253,7 @@ class Linear {
                 const MatrixU<T>& dx, Bias who = Bias::layer) const {
     check_shape("backward: x", x, int(x.extent(0)), in_);
     check_shape("backward: dy", dy, int(x.extent(0)), out_);
-    if (who == Bias::layer) kernels::bias_backward(exec, dy, store_->grad(bias_));
+    if (who == Bias::layer && has_bias()) kernels::bias_backward(exec, dy, store_->grad(bias_));
     backward_products(exec, int(x.extent(0)), {x.data(), nullptr, ld(x)}, {dy.data(), nullptr, ld(dy)}, dx);
   }
 
@@ -258,8 +263,22 @@ class Linear {
                      const MatrixU<T>& dx, Bias who = Bias::layer) const {
     check_shape("backward: x", x, int(x.extent(0)), in_);
     check_shape("backward: dy", dy, int(x.extent(0)), out_);
-    if (who == Bias::layer) kernels::bias_backward(exec, dy, store_->grad(bias_));
+    if (who == Bias::layer && has_bias()) kernels::bias_backward(exec, dy, store_->grad(bias_));
     backward_products(exec, int(x.extent(0)), {nullptr, x.data(), ld(x)}, {dy.data(), nullptr, ld(dy)}, dx);
+  }
+
+  /// \brief For layers that read the same input (q, k and v; gate and up): dW += dy^T x, and dx
+  /// = dy W (accumulate: dx += dy W), the bias's gradient left to the caller and no sum over the
+  /// tensor group (the caller sums dx once, after the last layer). x and dy as values or bf16.
+  void backward_shared(const ExecSpace& exec, const MatrixU<const T>& x, const MatrixU<const T>& dy,
+                       const MatrixU<T>& dx, bool accumulate) const {
+    shared_products(exec, In{x.data(), nullptr, ld(x)}, int(x.extent(0)), In{dy.data(), nullptr, ld(dy)},
+                    int(dy.extent(0)), int(dy.extent(1)), dx, accumulate);
+  }
+  void backward_shared(const ExecSpace& exec, const Bf16Matrix& x, const Bf16Matrix& dy, const MatrixU<T>& dx,
+                       bool accumulate) const {
+    shared_products(exec, In{nullptr, x.data(), ld(x)}, int(x.extent(0)), In{nullptr, dy.data(), ld(dy)},
+                    int(dy.extent(0)), int(dy.extent(1)), dx, accumulate);
   }
 
  private:
@@ -282,6 +301,14 @@ class Linear {
     const std::uint16_t* b16;
     int ld;
   };
+
+  void shared_products(const ExecSpace& exec, const In& x, int rows, const In& dy, int dy_rows, int dy_cols,
+                       const MatrixU<T>& dx, bool accumulate) const {
+    if (dy_rows != rows || dy_cols != out_ || dx.data() == nullptr)
+      throw std::invalid_argument("tessera::nn::Linear::backward_shared: expected dy (B,out) and dx (B,in)");
+    backward_products(exec, rows, x, dy, dx, accumulate ? T(1) : T(0));
+  }
+
 
   /// The product's B as blas::Operand: b, or the weight where b is {} (its bf16 copy or its values).
   blas::Operand operand_b(const ExecSpace& exec, const In& b) const {
@@ -311,7 +338,7 @@ class Linear {
                        const MatrixU<T>& y, Bias who) const {
     check_shape("forward: y", y, batch, out_);
     // Bias into every row of y, then y += x W^T: the weight is op(B), x is op(A).
-    const bool bias = split_ != Split::row && who == Bias::layer;
+    const bool bias = split_ != Split::row && who == Bias::layer && has_bias();
     if (bias) kernels::bias_broadcast(exec, store_->value(bias_), y);
     product(exec, blas::Op::N, blas::Op::T, batch, out_, in_, In{x, x16, ldx}, In{nullptr, nullptr, 0},
             bias ? T(1) : T(0), y.data(), ld(y));
@@ -319,12 +346,13 @@ class Linear {
 
   /// dW += dy^T x and dx = dy W (backward(); the bias gradient is the caller's), x and dy as
   /// values or bf16.
-  void backward_products(const ExecSpace& exec, int batch, const In& x, const In& dy, const MatrixU<T>& dx) const {
+  void backward_products(const ExecSpace& exec, int batch, const In& x, const In& dy, const MatrixU<T>& dx,
+                         T dx_beta = T(0)) const {
     const MatrixU<T> dw = store_->grad_matrix(weight_);
     product(exec, blas::Op::T, blas::Op::N, out_, in_, batch, dy, x, T(1), dw.data(), in_);
     if (dx.data() != nullptr) {
       check_shape("backward: dx", dx, batch, in_);
-      product(exec, blas::Op::N, blas::Op::N, batch, in_, out_, dy, In{nullptr, nullptr, 0}, T(0), dx.data(),
+      product(exec, blas::Op::N, blas::Op::N, batch, in_, out_, dy, In{nullptr, nullptr, 0}, dx_beta, dx.data(),
               ld(dx));
     }
   }
@@ -334,7 +362,7 @@ class Linear {
                       const Bf16Matrix& dy16, const MatrixU<T>& dx, const TensorSum& sum) const {
     check_shape("backward: dy", dy, batch, out_);
     check_shape("backward: dy16", dy16, batch, out_);
-    kernels::bias_backward(exec, dy, store_->grad(bias_));
+    if (has_bias()) kernels::bias_backward(exec, dy, store_->grad(bias_));
     backward_products(exec, batch, x, In{nullptr, dy16.data(), ld(dy16)}, dx);
     complete_backward(exec, dx, sum);
   }
@@ -383,7 +411,7 @@ class Linear {
   int in_;
   int out_;
   std::size_t weight_ = 0;
-  std::size_t bias_ = 0;
+  std::size_t bias_ = no_bias;
   std::size_t unit_ = 0;
 };
 

@@ -18,9 +18,9 @@ std::vector<int> stage_bounds(const Config& cfg, const ModelShape& shape) {
   // Each pipeline-cuttable layer's multiply-adds per sample: linear layers for an MLP, blocks
   // for a GPT (the embedding's cost is a lookup; the head's is added to the last block).
   std::vector<double> cost;
-  if (cfg.model.kind == ModelKind::gpt) {
+  if (is_transformer(cfg.model.kind)) {
     const double C = cfg.model.width, T = cfg.model.context;
-    for (int i = 0; i < cfg.model.layers; ++i) cost.push_back(T * (12.0 * C * C + T * C));
+    for (int i = 0; i < cfg.model.layers; ++i) cost.push_back(T * (block_weights(cfg) + T * C));
     cost.back() += T * C * static_cast<double>(shape.outputs);
   } else {
     std::vector<std::int64_t> widths{shape.in_features};
@@ -93,6 +93,12 @@ void check_model_size(const Config& cfg, const ModelShape& shape) {
     tensor(T * C, "model.context", fmt::format("the position embedding ({} x {})", T, C));
     for (int b = 0; b < cfg.model.layers; ++b)
       tensor(12 * C * C + 13 * C, "model.layers", fmt::format("block {}", b));
+  } else if (cfg.model.kind == ModelKind::llama) {
+    const double C = cfg.model.width, V = static_cast<double>(shape.outputs);
+    tensor(V * C, "model.width", fmt::format("the token embedding ({} x {})", V, C));
+    if (!cfg.model.tie_embeddings) tensor(V * C, "model.width", fmt::format("the output head ({} x {})", V, C));
+    for (int b = 0; b < cfg.model.layers; ++b)
+      tensor(block_weights(cfg) + 2 * C, "model.layers", fmt::format("block {}", b));
   } else if (cfg.model.kind == ModelKind::unet) {
     const nn::UNetShape u = unet_shape(cfg, shape);
     const double k2 = double(u.kernel) * u.kernel;
@@ -210,8 +216,24 @@ nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape) {
     throw InputError(fmt::format("parallel.tensor = {} does not divide the vocabulary of {} tokens "
                                  "(the embedding and head split over the tensor ranks)",
                                  cfg.parallel.tensor, shape.outputs));
-  return {static_cast<int>(shape.outputs), cfg.model.context, cfg.model.width, cfg.model.heads,
-          cfg.model.layers, cfg.model.gelu_approximate == GeluApproximate::tanh};
+  nn::GptShape g{static_cast<int>(shape.outputs), cfg.model.context, cfg.model.width, cfg.model.heads,
+                 cfg.model.layers, cfg.model.gelu_approximate == GeluApproximate::tanh};
+  if (cfg.model.kind == ModelKind::llama) {
+    g.llama = true;
+    g.kv_heads = cfg.model.kv_heads_or_heads();
+    g.ffn = cfg.model.ffn_width_or_default();
+    g.rope_theta = cfg.model.rope_theta;
+    g.norm_eps = cfg.model.norm_eps;
+    g.tied = cfg.model.tie_embeddings;
+  }
+  return g;
+}
+
+double block_weights(const Config& cfg) {
+  const double C = cfg.model.width;
+  if (cfg.model.kind != ModelKind::llama) return 12 * C * C;
+  const double hd = C / cfg.model.heads, kv = cfg.model.kv_heads_or_heads(), F = cfg.model.ffn_width_or_default();
+  return 2 * C * C + 2 * kv * hd * C + 3 * F * C;  // q, o; k, v; gate, up, down
 }
 
 std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, const Config& cfg,
@@ -235,7 +257,7 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
     p.precision = cfg.train.precision;
     return std::make_unique<nn::Cnn<float>>(store, cnn_shape(cfg, shape), std::move(p));
   }
-  if (cfg.model.kind == ModelKind::gpt) {
+  if (is_transformer(cfg.model.kind)) {
     nn::Gpt<float>::Part p;
     p.first_block = layers.first;
     p.end_block = layers.end;
@@ -275,6 +297,13 @@ std::string describe_model(const Config& cfg, const ModelShape& shape) {
                                                fmt::join(n.in_mean, ", "), fmt::join(n.in_std, ", "),
                                                fmt::join(n.out_mean, ", "), fmt::join(n.out_std, ", ")));
   }
+  if (cfg.model.kind == ModelKind::llama)
+    return fmt::format("llama {} blocks x {} heads ({} key/value), width {}, SwiGLU {}, context {}, vocabulary {}, "
+                       "RoPE theta {}, RMSNorm eps {}, {} head{}",
+                       cfg.model.layers, cfg.model.heads, cfg.model.kv_heads_or_heads(), cfg.model.width,
+                       cfg.model.ffn_width_or_default(), cfg.model.context, shape.outputs, cfg.model.rope_theta,
+                       cfg.model.norm_eps, cfg.model.tie_embeddings ? "tied" : "untied",
+                       cfg.train.recompute ? ", recomputing each block in backward" : "");
   if (cfg.model.kind == ModelKind::gpt)
     return fmt::format("gpt {} blocks x {} heads, width {}, context {}, vocabulary {}{}", cfg.model.layers,
                        cfg.model.heads, cfg.model.width, cfg.model.context, shape.outputs,

@@ -86,6 +86,8 @@ nn::UNetShape unet_shape(const Config& cfg, const ModelShape& shape);
 /// \brief The GPT's dimensions from the deck and the data (vocabulary, context); throws
 /// InputError where they disagree or the tensor ranks do not divide the vocabulary.
 nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape);
+/// Multiply-adds per token of one transformer block's products (its weights' elements: q, k, v, o and the MLP).
+double block_weights(const Config& cfg);
 
 /// \brief Builds the network of the deck's model kind for chunk `chunk` of `part`, registering
 /// its parameters in `store` (nothing is allocated: plan and allocate the store, then reserve

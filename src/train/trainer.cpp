@@ -108,11 +108,12 @@ ModelShape model_shape(const Config& cfg, const io::SplitInfo& info) {
   s.classification = info.has_labels;
   s.outputs = info.has_labels ? info.classes : info.target_width;
   const bool tokens = info.label_width > 1 || (info.has_labels && info.label_width == info.features &&
-                                               info.sample_shape.size() == 1 && cfg.model.kind == ModelKind::gpt);
-  if (cfg.model.kind == ModelKind::gpt && !tokens)
-    throw InputError(fmt::format("model.kind = \"gpt\" needs a language dataset ({} /{} has no tokens; "
-                                 "write one with `tessera prepare text`)", info.file, info.split));
-  if (cfg.model.kind != ModelKind::gpt && info.label_width > 1)
+                                               info.sample_shape.size() == 1 && is_transformer(cfg.model.kind));
+  if (is_transformer(cfg.model.kind) && !tokens)
+    throw InputError(fmt::format("model.kind = \"{}\" needs a language dataset ({} /{} has no tokens; "
+                                 "write one with `tessera prepare text`)", to_string(cfg.model.kind), info.file,
+                                 info.split));
+  if (!is_transformer(cfg.model.kind) && info.label_width > 1)
     throw InputError(fmt::format("{} /{} holds tokens (a language dataset); model.kind = \"{}\" needs "
                                  "inputs with labels or targets (use model.kind = \"gpt\")",
                                  info.file, info.split, to_string(cfg.model.kind)));
@@ -473,7 +474,7 @@ void Trainer::settle() {
 }
 
 std::int64_t Trainer::tokens_per_sample() const {
-  return cfg_.model.kind == ModelKind::gpt ? cfg_.model.context : 0;
+  return is_transformer(cfg_.model.kind) ? cfg_.model.context : 0;
 }
 
 void Trainer::log_progress(double lr, double loss, double grad_norm) {

@@ -90,6 +90,102 @@ TEST_P(GptGradients, MatchFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Gpt, GptGradients, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "TanhGelu" : "ExactGelu"; });
 
+// The Llama family's block (RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases): every
+// gradient against finite differences, in two shapes: 4 heads sharing 2 key/value heads with an
+// untied head, and 2 heads sharing one with the head tied (heads 2 and 4 wide: every rotation
+// pair, at positions 0-4 with thetas that turn them by whole radians).
+nn::GptShape llama_shape(int heads, int kv_heads, int ffn, double theta, bool tied) {
+  nn::GptShape s{8, 5, 8, heads, 2};
+  s.llama = true;
+  s.kv_heads = kv_heads;
+  s.ffn = ffn;
+  s.rope_theta = theta;
+  s.norm_eps = 1e-5;
+  s.tied = tied;
+  return s;
+}
+
+class LlamaGradients : public ::testing::TestWithParam<int> {};
+
+TEST_P(LlamaGradients, MatchFiniteDifferences) {
+  const ExecSpace exec;
+  nn::ParamStore<double> store;
+  const nn::GptShape shape = GetParam() == 0 ? llama_shape(4, 2, 6, 10000.0, false) : llama_shape(2, 1, 12, 3.0, true);
+  nn::Gpt<double> gpt(store, shape);
+  store.allocate();
+  store.initialize(exec, 5);
+  for (std::size_t p = 0; p < store.infos().size(); ++p) {
+    if (store.infos()[p].init == nn::InitKind::normal) tessera::kernels::scale(exec, store.value(p), 20.0);
+    // RMSNorm weights away from 1, so that a gradient that ignores them is seen.
+    if (store.infos()[p].init == nn::InitKind::ones) tessera::kernels::scale(exec, store.value(p), 1.7);
+  }
+  const int batch = 2;
+  gpt.reserve(batch);
+  const int slot = gpt.acquire(batch);
+  const Batch b = make_batch(batch, shape, 3);
+  const double scale = 1.0 / batch;
+  store.zero_grads(exec);
+  run_loss(gpt, slot, b, scale);
+  gpt.backward(exec, slot);
+  const std::vector<double> grads = to_host(store.grads());
+  const auto loss = [&] { return run_loss(gpt, slot, b, scale); };
+  for (const auto& info : store.infos()) {
+    SCOPED_TRACE(info.name);
+    const std::vector<double> g(grads.begin() + long(info.offset), grads.begin() + long(info.offset + info.size));
+    expect_gradient(info.name.c_str(), Flat(store.values().data() + info.offset, info.size), g, loss);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Llama, LlamaGradients, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return p.param == 0 ? "GroupedQueryUntied" : "OneKeyValueHeadTied";
+                         });
+
+TEST(Llama, NamesAndShapesFollowTheDesign) {
+  nn::ParamStore<float> store;
+  nn::Gpt<float> gpt(store, llama_shape(4, 2, 6, 10000.0, false));
+  std::vector<std::string> names;
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const auto& info : store.infos()) {
+    names.push_back(info.name);
+    shapes.push_back(info.logical_shape);
+  }
+  const std::vector<std::string> want{"wte.weight", "blocks.0.ln_1.weight", "blocks.0.attn.q.weight",
+                                      "blocks.0.attn.k.weight", "blocks.0.attn.v.weight",
+                                      "blocks.0.attn.proj.weight", "blocks.0.ln_2.weight",
+                                      "blocks.0.mlp.gate.weight", "blocks.0.mlp.up.weight",
+                                      "blocks.0.mlp.proj.weight"};
+  ASSERT_EQ(names.size(), 1 + 2 * 9 + 2u);
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(names[i], want[i]);
+  EXPECT_EQ(names[names.size() - 2], "ln_f.weight");
+  EXPECT_EQ(names.back(), "lm_head.weight");
+  EXPECT_EQ(shapes[3], (std::vector<std::int64_t>{4, 8}));  // 2 key/value heads of 2
+  EXPECT_EQ(shapes[7], (std::vector<std::int64_t>{6, 8}));
+  EXPECT_EQ(shapes[9], (std::vector<std::int64_t>{8, 6}));
+}
+
+TEST(Llama, RecomputeEqualsKeepingActivations) {
+  const ExecSpace exec;
+  nn::ParamStore<float> s1, s2;
+  const nn::GptShape shape = llama_shape(4, 2, 6, 10000.0, false);
+  nn::Gpt<float> keep(s1, shape);
+  nn::Gpt<float>::Part part;
+  part.recompute = true;
+  nn::Gpt<float> recompute(s2, shape, part);
+  for (auto* s : {&s1, &s2}) {
+    s->allocate();
+    s->initialize(exec, 9);
+  }
+  keep.reserve(3);
+  recompute.reserve(3);
+  const Batch batch = make_batch(3, shape, 11);
+  for (auto* s : {&s1, &s2}) s->zero_grads(exec);
+  const int ia = keep.acquire(3), ib = recompute.acquire(3);
+  EXPECT_EQ(run_loss(keep, ia, batch, 1.0 / 3), run_loss(recompute, ib, batch, 1.0 / 3));
+  keep.backward(exec, ia);
+  recompute.backward(exec, ib);
+  EXPECT_EQ(to_host(s1.grads()), to_host(s2.grads()));  // the same arithmetic, bit for bit
+}
+
 // The GEMM attention the model runs against the one-thread-per-row reference kernels: forward
 // output and probabilities, and the backward's dqkv (double, 2 samples, 3 heads of 4), at T = 6
 // (one GEMM per product) and T = 70 (causal blocks of 32, 32 and 6).
