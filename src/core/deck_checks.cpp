@@ -183,9 +183,10 @@ void resolve_layout(Config& cfg, int world_size) {
       refuse("model.tie_embeddings", "false", "its head is always the token embedding: remove it");
   }
   if (cfg.model.kind != ModelKind::gpt && cfg.model.gelu_approximate != GeluApproximate::none)
-    fail("model.gelu_approximate", fmt::format("\"{}\" chooses the gpt's GELU; model.kind = \"{}\" uses the exact "
-                                               "one (model.activation = \"gelu\"); set it to \"none\"",
-                                               to_string(cfg.model.gelu_approximate), to_string(cfg.model.kind)));
+    fail("model.gelu_approximate",
+         fmt::format("\"{}\" chooses the gpt's GELU; model.kind = \"{}\" {}; set it to \"none\"",
+                     to_string(cfg.model.gelu_approximate), to_string(cfg.model.kind),
+                     llama ? "has none (its MLP is SwiGLU)" : "uses the exact one (model.activation = \"gelu\")"));
   const bool unet = cfg.model.kind == ModelKind::unet;
   if (cfg.model.kind == ModelKind::cnn && p.pipeline > 1)
     fail("parallel.pipeline", fmt::format("{} stages: the cnn runs on one pipeline stage (set "

@@ -59,43 +59,65 @@ double activation_bytes(const Config& cfg, const ModelShape& shape, int rows) {
 }  // namespace
 
 MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const BatchRows& batch) {
-  // The model's real parameter layout (registered, not allocated): buckets and shards as a run
-  // would plan them.
-  nn::ParamStore<float> store;
-  const auto net = make_network(store, cfg, shape);
   const int zero = cfg.parallel.zero;
   const ParamLayout layout = Sharding::layout(cfg, cfg.parallel.data * cfg.parallel.spatial);
-  store.plan(layout.shards, layout.bucket_elements);
-  std::size_t largest = 0;
-  for (const auto& b : store.buckets()) largest = std::max(largest, b.length);
-  const auto full = static_cast<double>(store.size()), shard = static_cast<double>(store.shard_size()),
-             bucket = static_cast<double>(largest);
   const int states = cfg.optimizer.kind == OptimizerKind::adamw ? 2 : (cfg.optimizer.momentum > 0 ? 1 : 0);
-
   MemoryEstimate e;
-  e.parameter_count = store.parameter_count();
-  e.buckets = store.buckets().size();
-  // zero 3 holds its shard and one gathered bucket; zero 2 its gradient shard and the buckets
-  // between backward and the end of their exchange (about two); zero 1 both gradient buffers.
-  e.parameters = 4.0 * (zero >= 3 ? std::min(full, shard + bucket) : full);
-  e.gradients = 4.0 * (zero >= 2 ? std::min(full + shard, shard + 2 * bucket) : zero == 1 ? full + shard : full);
-  e.optimizer = 4.0 * states * (zero >= 1 ? shard : full);
-  const bool disk = cfg.optimizer.offload == OptimizerOffload::disk && states > 0;
-  const bool staged = offload_staged(cfg.optimizer);
-  if (disk || staged) {
-    // The optimizer's own rule: the state on disk (memory holds its tiles) or in host memory, and
-    // where the parameters are not in host memory, their staged tiles.
-    const std::size_t n = zero >= 1 ? store.shard_size() : store.size();
-    const OffloadPlan plan = offload_plan(cfg.optimizer, static_cast<std::size_t>(states), n, staged);
-    if (disk) e.offload_disk = 4.0 * states * static_cast<double>(plan.padded);
-    e.optimizer = plan.buffer_bytes() + (disk ? 0.0 : 4.0 * states * static_cast<double>(n));
-    if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
-      e.offload_host = e.optimizer;  // beside the device's memory
-      e.optimizer = 0;
+  {
+    nn::ParamStore<float> whole;  // the whole model: its parameter count
+    make_network(whole, cfg, shape);
+    e.parameter_count = whole.parameter_count();
+  }
+  // The parameters, gradients and optimizer state of the most loaded rank: tensor rank 0's part
+  // of each pipeline stage (all its chunks over one store), planned into buckets and shards as a
+  // run plans them.
+  const std::vector<int> bounds = stage_bounds(cfg, shape);
+  double most = -1, shard_elements = 0;
+  for (int stage = 0; stage < cfg.parallel.pipeline; ++stage) {
+    ModelPart part;
+    part.chunks = stage_chunks(cfg, bounds, stage);
+    part.tp = cfg.parallel.tensor;
+    part.tensor_sum = [](float*, std::size_t) {};  // registration only: never called
+    nn::ParamStore<float> store;
+    for (std::size_t c = 0; c < part.chunks.size(); ++c) make_network(store, cfg, shape, part, c);
+    store.plan(layout.shards, layout.bucket_elements);
+    std::size_t largest = 0;
+    for (const auto& b : store.buckets()) largest = std::max(largest, b.length);
+    const auto full = static_cast<double>(store.size()), shard = static_cast<double>(store.shard_size()),
+               bucket = static_cast<double>(largest);
+    MemoryEstimate s;
+    // zero 3 holds its shard and one gathered bucket; zero 2 its gradient shard and the buckets
+    // between backward and the end of their exchange (about two); zero 1 both gradient buffers.
+    s.parameters = 4.0 * (zero >= 3 ? std::min(full, shard + bucket) : full);
+    s.gradients = 4.0 * (zero >= 2 ? std::min(full + shard, shard + 2 * bucket) : zero == 1 ? full + shard : full);
+    s.optimizer = 4.0 * states * (zero >= 1 ? shard : full);
+    const bool disk = cfg.optimizer.offload == OptimizerOffload::disk && states > 0;
+    const bool staged = offload_staged(cfg.optimizer);
+    if (disk || staged) {
+      // The optimizer's own rule: the state on disk (memory holds its tiles) or in host memory, and
+      // where the parameters are not in host memory, their staged tiles.
+      const std::size_t n = zero >= 1 ? store.shard_size() : store.size();
+      const OffloadPlan plan = offload_plan(cfg.optimizer, static_cast<std::size_t>(states), n, staged);
+      if (disk) s.offload_disk = 4.0 * states * static_cast<double>(plan.padded);
+      s.optimizer = plan.buffer_bytes() + (disk ? 0.0 : 4.0 * states * static_cast<double>(n));
+      if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+        s.offload_host = s.optimizer;  // beside the device's memory
+        s.optimizer = 0;
+      }
     }
+    const double total = s.parameters + s.gradients + s.optimizer + s.offload_host;
+    if (total <= most) continue;
+    most = total;
+    e.buckets = store.buckets().size();
+    e.parameters = s.parameters;
+    e.gradients = s.gradients;
+    e.optimizer = s.optimizer;
+    e.offload_disk = s.offload_disk;
+    e.offload_host = s.offload_host;
+    shard_elements = shard;
   }
   const bool accumulate = zero >= 1 && cfg.parallel.micro_batches > 1 && (zero >= 2 || !cfg.comm.no_sync);
-  e.comm = accumulate ? 4.0 * shard : 0.0;
+  e.comm = accumulate ? 4.0 * shard_elements : 0.0;
 
   e.micro_batch = batch.micro > 0 ? batch.micro : micro_batch_rows(cfg);
   e.eval_batch = batch.micro > 0 ? batch.eval : cfg.eval.batch;

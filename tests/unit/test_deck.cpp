@@ -428,6 +428,37 @@ TEST(Layout, ModelSplitsThatCannotWorkAreRefused) {
   EXPECT_EQ(ok.parallel.data, 2);
 }
 
+TEST(Layout, LlamaSplitsThatCannotWorkAreRefused) {
+  const auto deck = [](const std::string& name, const std::string& model, const std::string& parallel = "") {
+    return load_deck(write_deck(name, "[model]\nkind = \"llama\"\nheads = 8\nwidth = 64\n" + model +
+                                          "[parallel]\n" + parallel),
+                     {});
+  };
+  Config kv = deck("kv.toml", "kv_heads = 3\n");
+  expect_input_error([&] { tessera::resolve_layout(kv, 1); },
+                     {"model.kv_heads", "3 key/value heads do not divide the 8 attention heads"});
+  Config tp = deck("kv_tp.toml", "kv_heads = 2\n", "tensor = 4\n");
+  expect_input_error([&] { tessera::resolve_layout(tp, 4); },
+                     {"parallel.tensor", "4 tensor ranks do not divide the 2 key/value heads"});
+  Config ffn = deck("ffn.toml", "kv_heads = 4\nffn_width = 30\n", "tensor = 4\n");
+  expect_input_error([&] { tessera::resolve_layout(ffn, 4); },
+                     {"parallel.tensor", "do not divide the MLP's hidden width 30"});
+  Config odd = load_deck(write_deck("odd.toml", "[model]\nkind = \"llama\"\nheads = 4\nwidth = 12\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(odd, 1); }, {"model.heads", "heads of width 3", "pairs"});
+  Config ok = deck("llama_ok.toml", "kv_heads = 4\n", "tensor = 4\n");
+  EXPECT_NO_THROW(tessera::resolve_layout(ok, 8));
+  EXPECT_EQ(ok.model.ffn_width_or_default(), 256);  // 8/3 of 64 = 171, up to a multiple of 256
+  // The Llama family's keys on another kind change nothing, so they are refused.
+  Config gpt = load_deck(write_deck("gpt_kv.toml", "[model]\nkind = \"gpt\"\nheads = 8\nwidth = 64\nkv_heads = 2\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(gpt, 1); }, {"model.kv_heads", "model.kind = \"gpt\""});
+  Config tied = load_deck(write_deck("gpt_tie.toml", "[model]\nkind = \"gpt\"\ntie_embeddings = false\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(tied, 1); }, {"model.tie_embeddings", "always the token embedding"});
+  Config theta = load_deck(write_deck("mlp_theta.toml", "[model]\nrope_theta = 500000.0\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(theta, 1); }, {"model.rope_theta", "model.kind = \"mlp\""});
+  Config tanh = deck("llama_tanh.toml", "gelu_approximate = \"tanh\"\n");
+  expect_input_error([&] { tessera::resolve_layout(tanh, 1); }, {"model.gelu_approximate"});
+}
+
 TEST(Layout, VirtualStagesNeedWhatTheInterleavedScheduleNeeds) {
   const std::string mlp = "[model]\nhidden = [64, 64, 64]\n[train]\nglobal_batch = 64\n[parallel]\npipeline = 2\n";
   const auto deck = [&](const std::string& name, const std::string& more) {
