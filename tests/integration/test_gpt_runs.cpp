@@ -219,8 +219,11 @@ TEST(Llama, CheckEstimatesTheMeasuredActivations) {
   // As the GPT's below: the estimate never below one step's measured peak, at most 10% above.
   const std::string one_step = "--set train.steps=1 --set eval.every_steps=0 --set eval.at_end=false "
                                "--set checkpoint.every_steps=0 --set checkpoint.at_end=false ";
+  // The parameters per rank too: the most loaded rank's part (a pipeline stage's, a tensor
+  // rank's), not the whole model.
   for (const auto& [ranks, extra] : {std::pair{1, std::string()},
                                      std::pair{2, layout(1, 1, 2) + " --set parallel.micro_batches=2"},
+                                     std::pair{2, layout(1, 2, 1)},
                                      std::pair{1, std::string("--set train.recompute=true")}}) {
     SCOPED_TRACE(extra);
     const std::string dir = fresh_dir("llama_act");
@@ -239,6 +242,10 @@ TEST(Llama, CheckEstimatesTheMeasuredActivations) {
     const double measured = std::stod(s.substr(s.find(':', at) + 1));
     EXPECT_GE(estimate, measured - 0.005e6) << "estimated " << estimate << " B, measured " << measured << " B";
     EXPECT_LE(estimate, 1.1 * measured) << "estimated " << estimate << " B, measured " << measured << " B";
+    ASSERT_TRUE(std::regex_search(check.output, m, std::regex(R"(parameters ([0-9.]+) MB)"))) << check.output;
+    const auto params_at = s.find("\"param_peak_bytes\"");
+    ASSERT_NE(params_at, std::string::npos) << s;
+    EXPECT_NEAR(std::stod(m[1].str()) * 1e6, std::stod(s.substr(s.find(':', params_at) + 1)), 0.006e6);
   }
 }
 
