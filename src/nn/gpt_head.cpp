@@ -207,6 +207,21 @@ LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_
   return {r.loss / shape_.context, r.correct / shape_.context};
 }
 
+namespace {
+
+/// out(b, v) = the logits (B*T rows of Vl, fp32 or bf16) of position p of sample b. A function,
+/// not a generic lambda: nvcc takes no device lambda inside one.
+template <class E, class T>
+void last_logits(const ExecSpace& exec, const E* data, int batch, Index seq, Index Vl, Index p, const MatrixU<T>& out) {
+  const MatrixU<const E> logits(data, std::size_t(batch) * std::size_t(seq), std::size_t(Vl));
+  Kokkos::parallel_for(
+      "tessera::nn::Gpt::next_token_logits",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(exec, {0, 0}, {Index(batch), Vl}),
+      KOKKOS_LAMBDA(const Index b, const Index v) { out(b, v) = T(kernels::loaded(logits(b * seq + p, v))); });
+}
+
+}  // namespace
+
 template <class T>
 void Gpt<T>::next_token_logits(const ExecSpace& exec, int slot, int positions, const MatrixU<T>& out) {
   if (!first_stage() || !last_stage())
@@ -215,16 +230,8 @@ void Gpt<T>::next_token_logits(const ExecSpace& exec, int slot, int positions, c
   const int batch = this->batch_of(slot);
   const Slot& s = slots_[std::size_t(slot)];
   const Index Vl = vocab_local_, T_ = shape_.context, p = positions - 1;
-  const auto copy = [&](const auto* data) {
-    using E = std::remove_cv_t<std::remove_pointer_t<decltype(data)>>;
-    const MatrixU<const E> logits(data, std::size_t(batch) * std::size_t(T_), std::size_t(Vl));
-    Kokkos::parallel_for(
-        "tessera::nn::Gpt::next_token_logits",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>, Kokkos::IndexType<Index>>(exec, {0, 0}, {Index(batch), Vl}),
-        KOKKOS_LAMBDA(const Index b, const Index v) { out(b, v) = T(kernels::loaded(logits(b * T_ + p, v))); });
-  };
-  if (bf16_acts()) copy(static_cast<const std::uint16_t*>(s.logits16.data()));
-  else copy(static_cast<const T*>(s.logits.data()));
+  if (bf16_acts()) last_logits(exec, static_cast<const std::uint16_t*>(s.logits16.data()), batch, T_, Vl, p, out);
+  else last_logits(exec, static_cast<const T*>(s.logits.data()), batch, T_, Vl, p, out);
 }
 
 #define TESSERA_GPT_HEAD(T)                                                                                        \

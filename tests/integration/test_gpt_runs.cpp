@@ -192,6 +192,7 @@ TEST(Llama, EveryLayoutTrainsTheSameModel) {
       {2, layout(1, 1, 2) + " --set parallel.schedule=gpipe --set parallel.micro_batches=2", "pp2_gpipe_m2"},
       {2, layout(1, 1, 2) + " --set parallel.virtual_stages=2 --set parallel.micro_batches=2", "pp2_interleaved"},
       {4, layout(2, 2, 1) + " --set parallel.zero=3 --set parallel.micro_batches=2", "dp2tp2_zero3_m2"},
+      {2, layout(2, 1, 1) + " --set parallel.zero=2 --set parallel.zero_group=node", "dp2_zero2_hybrid"},
       {4, layout(1, 2, 2) + " --set train.recompute=true --set parallel.zero=1", "tp2pp2_recompute"},
   };
   const std::string ckpt = "/checkpoints/step_00000030.h5";
