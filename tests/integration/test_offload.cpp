@@ -198,6 +198,24 @@ TEST(Offload, AWriteFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
   expect_same_bits(ckpt(whole, 30), ckpt(dir, 30));
 }
 
+// Slurm's wall-time warning (SIGUSR1 through tools/mpirun.sh) arriving while the step-10
+// checkpoint is written: every rank stops after step 11 with its offloaded state in the step-11
+// checkpoint, exit 4, the scratch files gone; --resume auto continues to the uninterrupted bits.
+TEST(Offload, AStopSignalCheckpointsTheStateOnDiskAndResumesToTheUninterruptedBits) {
+  const std::string whole = fresh_dir("signal_whole");
+  ASSERT_EQ(tessera(2, train_args(whole, adamw + disk)).exit_code, 0);
+  const std::string dir = fresh_dir("signal_stop");
+  const RunResult r = shell("TESSERA_TEST_SIGNAL_IN_CHECKPOINT=10 " + tessera_command(2, train_args(dir, adamw + disk)));
+  ASSERT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_EQ(read_file(dir + "/checkpoints/latest"), "step_00000011.h5\n");
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path()))
+    EXPECT_EQ(e.path().filename().string().find("tessera-optimizer-state"), std::string::npos) << e.path();
+  const RunResult resumed = tessera(2, train_args(dir, adamw + disk + " --resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 11"), std::string::npos) << resumed.output;
+  expect_same_bits(ckpt(whole, 30), ckpt(dir, 30));
+}
+
 TEST(Offload, ARankKilledInTheMiddleOfAnUpdateResumesToTheUninterruptedBits) {
   const std::string whole = fresh_dir("kill_whole");
   ASSERT_EQ(tessera(2, train_args(whole, adamw)).exit_code, 0);
