@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -221,6 +222,112 @@ std::vector<float> SafetensorsFile::read(const SafetensorsEntry& e) const {
                                    "must be finite", path_, e.name, i));
   }
   return out;
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// What a directory given as a model stands for: its index where it has one, else its single file.
+std::string resolve_model_path(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return path;
+  for (const char* name : {"model.safetensors.index.json", "model.safetensors"})
+    if (fs::exists(fs::path(path) / name, ec)) return (fs::path(path) / name).string();
+  throw InputError(fmt::format("{}: a directory with neither model.safetensors.index.json nor model.safetensors", path));
+}
+
+// The index's weight_map: tensor name -> shard file name (checked: strings, plain file names).
+std::map<std::string, std::string> read_weight_map(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: {}", path, fs::exists(path) ? "cannot open for reading" : "no such file"));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not JSON: {}", path, e.what()));
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw InputError(fmt::format("{}: not a safetensors index: expected a JSON object with an object weight_map "
+                                 "(tensor name: shard file)", path));
+  std::map<std::string, std::string> map;
+  for (const auto& [name, shard] : j["weight_map"].items()) {
+    if (!shard.is_string())
+      throw InputError(fmt::format("{}: weight_map[\"{}\"] is {}; expected a shard's file name", path, name, shard.dump()));
+    const std::string file = shard.get<std::string>();
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+        file.find('\\') != std::string::npos)
+      throw InputError(fmt::format("{}: weight_map[\"{}\"] is \"{}\"; a shard is a file beside the index, named "
+                                   "without a directory", path, name, file));
+    map[name] = file;
+  }
+  if (map.empty()) throw InputError(fmt::format("{}: weight_map names no tensor", path));
+  return map;
+}
+
+}  // namespace
+
+SafetensorsModel::SafetensorsModel(const std::string& path) : path_(resolve_model_path(path)) {
+  index_ = path_.ends_with(".json");
+  if (!index_) {
+    files_.emplace_back(path_);
+    entries_ = files_[0].entries();
+    file_of_.assign(entries_.size(), 0);
+    metadata_ = files_[0].metadata();
+    return;
+  }
+  const std::map<std::string, std::string> weight_map = read_weight_map(path_);
+  std::map<std::string, std::size_t> shard_index;
+  for (const auto& [name, shard] : weight_map) shard_index.emplace(shard, 0);
+  std::size_t k = 0;
+  for (auto& [shard, i] : shard_index) {
+    i = k++;
+    files_.emplace_back((fs::path(path_).parent_path() / shard).string());
+  }
+  for (const auto& [name, shard] : weight_map)
+    if (files_[shard_index.at(shard)].find(name) == nullptr)
+      throw InputError(fmt::format("{}: weight_map puts tensor {} in {}, which has no such tensor", path_, name,
+                                   files_[shard_index.at(shard)].path()));
+  for (std::size_t f = 0; f < files_.size(); ++f) {
+    for (const SafetensorsEntry& e : files_[f].entries()) {
+      const auto it = weight_map.find(e.name);
+      if (it == weight_map.end() || shard_index.at(it->second) != f)
+        throw InputError(fmt::format("{}: holds tensor {}, which {}'s weight_map {}", files_[f].path(), e.name, path_,
+                                     it == weight_map.end() ? std::string("does not name")
+                                                            : "puts in " + it->second));
+      entries_.push_back(e);
+      file_of_.push_back(f);
+    }
+    for (const auto& [key, value] : files_[f].metadata()) {
+      const auto [at, added] = metadata_.emplace(key, value);
+      if (!added && at->second != value)
+        throw InputError(fmt::format("{}: __metadata__ {} is \"{}\"; another shard of {} has \"{}\"", files_[f].path(),
+                                     key, value, path_, at->second));
+    }
+  }
+  std::vector<std::size_t> order(entries_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return entries_[a].name < entries_[b].name; });
+  std::vector<SafetensorsEntry> entries;
+  std::vector<std::size_t> file_of;
+  for (std::size_t i : order) {
+    entries.push_back(std::move(entries_[i]));
+    file_of.push_back(file_of_[i]);
+  }
+  entries_ = std::move(entries);
+  file_of_ = std::move(file_of);
+}
+
+const SafetensorsEntry* SafetensorsModel::find(const std::string& name) const {
+  const auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+                                   [](const SafetensorsEntry& e, const std::string& n) { return e.name < n; });
+  return it != entries_.end() && it->name == name ? &*it : nullptr;
+}
+
+std::vector<float> SafetensorsModel::read(const SafetensorsEntry& entry) const {
+  const SafetensorsEntry* e = find(entry.name);
+  if (e == nullptr) throw std::logic_error("SafetensorsModel::read: no tensor " + entry.name);
+  return files_[file_of_[static_cast<std::size_t>(e - entries_.data())]].read(*e);
 }
 
 }  // namespace tessera::io

@@ -59,4 +59,41 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+/// \brief A model's safetensors as one set of tensors: a single file, or the shards a Hugging
+/// Face index names (model.safetensors.index.json: {"metadata": {...}, "weight_map": {tensor:
+/// shard file}}, the shards in the index's directory). Local (one rank, or each rank alike); only
+/// the headers are read on construction, a tensor's bytes when it is read.
+class SafetensorsModel {
+ public:
+  /// \brief path: a safetensors file; an index (a name ending in .json); or a directory holding
+  /// model.safetensors.index.json or else model.safetensors. Opens every shard as SafetensorsFile
+  /// and checks the index against them: JSON, an object, a non-empty weight_map of tensor names
+  /// to plain file names (no directory part), each tensor in the shard it is mapped to, each
+  /// tensor of a shard mapped to it, the shards' __metadata__ agreeing. InputError naming the
+  /// index (or the shard) and the first problem.
+  explicit SafetensorsModel(const std::string& path);
+
+  /// The file, or the index (a directory resolved to the one it holds).
+  const std::string& path() const { return path_; }
+  /// Whether path() is an index of shards.
+  bool sharded() const { return index_; }
+  /// Every shard's tensors, ordered by name.
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  /// The shards' __metadata__ (equal keys equal across shards).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// The entry called name, or nullptr.
+  const SafetensorsEntry* find(const std::string& name) const;
+  /// \brief The values of an entry of entries() as float32, read from its shard (as
+  /// SafetensorsFile::read, whose errors name the shard).
+  std::vector<float> read(const SafetensorsEntry& entry) const;
+
+ private:
+  std::string path_;
+  bool index_ = false;
+  std::vector<SafetensorsFile> files_;
+  std::vector<SafetensorsEntry> entries_;
+  std::vector<std::size_t> file_of_;  ///< entries_[i] lies in files_[file_of_[i]]
+  std::map<std::string, std::string> metadata_;
+};
+
 }  // namespace tessera::io

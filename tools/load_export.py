@@ -2,7 +2,8 @@
 """Load a `tessera export` into plain PyTorch modules and evaluate it.
 
     tools/load_export.py eval EXPORT [--data FILE] [--split NAME] [--expect-loss X] [--rtol 1e-5]
-    tools/load_export.py hf-generate DIR --prompt TEXT [--tokens N]
+    tools/load_export.py eval HF_DIR --data FILE [--split val] [--context T] [--expect-loss X] [--rtol 1e-5]
+    tools/load_export.py hf-generate DIR --prompt TEXT [--tokens N] [--expect TEXT] [--expect-ids A,B,...]
 
 `eval` reads EXPORT (a .safetensors file, or a .pt state_dict loaded with weights_only=True) and
 the JSON `tessera export` wrote beside it (same path, .json), builds the model as ordinary
@@ -15,14 +16,28 @@ squared error of the standardised fields and the relative L2 error. The arithmet
 With --expect-loss it exits 1 unless |loss - X| <= rtol * |X|; likewise --expect-rel-l2, and
 --stats-rtol for a unet's statistics against those recomputed from the deck's training split.
 
-`hf-generate` loads a `tessera export --hf-gpt2` directory with Hugging Face transformers'
-GPT2LMHeadModel (not needed by anything else here) and prints the greedy continuation of a
-prompt of bytes, as `tessera generate --temperature 0` does.
+`eval DIR`, where DIR is a Hugging Face LlamaForCausalLM directory (config.json with
+"architectures": ["LlamaForCausalLM"], model.safetensors or sharded with its index; what
+`tessera export --hf-llama` writes, or tests/data/llama/*) or a `--hf-gpt2` one, loads it with
+transformers' `from_pretrained` of that class (no custom code), converts it to float64 and computes the same
+token loss as for a gpt export on --data (required: there is no deck) and --split (default
+"val"), windows of --context tokens (default: config.json's max_position_embeddings). It refuses
+a transformers that did not take config.json's rope_theta (transformers 4.x ignores the
+"rope_parameters" that transformers 5 writes).
 
-Needs PyTorch (Debian: python3-torch), numpy and h5py; nothing else.
+`hf-generate` loads a `tessera export --hf-gpt2` directory with Hugging Face transformers'
+GPT2LMHeadModel, or a LlamaForCausalLM directory (config.json's "architectures" says which), and
+prints the greedy continuation of a prompt of bytes, as `tessera generate --temperature 0` does:
+the prompt's bytes and the new tokens as bytes, then a newline. --expect TEXT exits 1 unless that
+output (without the newline) is TEXT byte for byte; --expect-ids A,B,... unless the new tokens
+are those ids.
+
+Needs PyTorch (Debian: python3-torch), numpy and h5py; transformers (PyPI) only for a Hugging
+Face directory and hf-generate.
 """
 import argparse
 import json
+import os
 import struct
 import sys
 import tomllib
@@ -305,7 +320,65 @@ def token_loss(model, group, context, batch):
     return total / windows, windows
 
 
+# --- Hugging Face directories (transformers from PyPI; nothing else needs it) ------------------
+
+HF_MODELS = ("GPT2LMHeadModel", "LlamaForCausalLM")
+
+
+def hf_architecture(folder):
+    config = json.loads((Path(folder) / "config.json").read_text())
+    arch = (config.get("architectures") or [None])[0]
+    if arch not in HF_MODELS:
+        raise SystemExit(f"load_export: error: {folder}/config.json: architectures {config.get('architectures')}, "
+                         f"expected one of {', '.join(HF_MODELS)}")
+    return arch, config
+
+
+def check_rope_theta(model, config, folder):
+    """Fails unless the loaded model's RoPE frequencies are config.json's rope_theta (top-level as
+    transformers 4 writes it, or under rope_parameters as transformers 5 does)."""
+    theta = config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+    hd = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    want = 1.0 / (float(theta) ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    found = [b for n, b in model.named_buffers() if n.endswith("inv_freq")]
+    if not found or any(b.shape != want.shape or not torch.allclose(b.double(), want, rtol=1e-5, atol=0) for b in found):
+        raise SystemExit(f"load_export: error: {folder}: transformers {sys.modules['transformers'].__version__} "
+                         f"did not build RoPE with config.json's rope_theta {theta} (transformers 4.x ignores "
+                         f"transformers 5's \"rope_parameters\"); use transformers 5")
+
+
+def load_hf(folder):
+    """(model in float32 as stored, its class name, max context) of a Hugging Face directory."""
+    transformers = require("load_export", "transformers")
+    transformers.utils.logging.disable_progress_bar()
+    arch, config = hf_architecture(folder)
+    model = getattr(transformers, arch).from_pretrained(folder).eval()
+    if arch == "LlamaForCausalLM":
+        check_rope_theta(model, config, folder)
+        return model, arch, config["max_position_embeddings"]
+    return model, arch, config["n_positions"]
+
+
+def hf_evaluate(args):
+    """The token loss of a Hugging Face causal LM directory, as `tessera eval` computes it."""
+    require("load_export", "transformers")
+    if not args.data:
+        raise SystemExit(f"load_export: error: {args.export} is a Hugging Face directory: --data FILE is required")
+    model, arch, context = load_hf(args.export)
+    model = model.double()
+    context = args.context or context
+    split = args.split or "val"
+    with torch.no_grad(), h5py.File(args.data, "r") as f:
+        loss, n = token_loss(lambda x: model(input_ids=x).logits, f[split], context, args.batch)
+    print(f"{args.export}: loss {loss:.9g} on {args.data} /{split} ({n} windows of {context} tokens; loss per token; "
+          f"{arch} in float64)")
+    return loss
+
+
 def evaluate(args):
+    if Path(args.export).is_dir():
+        loss, ok = hf_evaluate(args), True
+        return check_loss(args, loss, ok)
     state, _, config = load_export(args.export)
     model = build(state, config)
     data, split = deck_data(config, args.data, args.split)
@@ -322,6 +395,10 @@ def evaluate(args):
             loss, n = supervised_loss(model, group, args.batch)
             what = "samples"
     print(f"{args.export}: loss {loss:.9g} on {data} /{split} ({n} {what})")
+    return check_loss(args, loss, ok)
+
+
+def check_loss(args, loss, ok):
     if args.expect_loss is not None:
         rel = abs(loss - args.expect_loss) / max(abs(args.expect_loss), 1e-30)
         print(f"tessera eval said {args.expect_loss:.9g}: relative difference {rel:.3g} (tolerance {args.rtol:g})")
@@ -331,27 +408,38 @@ def evaluate(args):
 
 
 def hf_generate(args):
-    # Only here: nothing else needs transformers.
-    GPT2LMHeadModel = require("load_export", "transformers").GPT2LMHeadModel
-
-    model = GPT2LMHeadModel.from_pretrained(args.dir).eval()
-    context = model.config.n_positions
-    tokens = list(args.prompt.encode("utf-8"))
+    model, _, context = load_hf(args.dir)
+    tokens = list(os.fsencode(args.prompt))  # the prompt's bytes, as the command line gave them
+    start = len(tokens)
     with torch.no_grad():
         for _ in range(args.tokens):  # greedy, the last `context` tokens, as tessera generate
             window = torch.tensor([tokens[-context:]])
-            tokens.append(int(model(window).logits[0, -1].argmax()))
-    sys.stdout.write(bytes(tokens).decode("utf-8", errors="replace") + "\n")
-    return 0
+            tokens.append(int(model(input_ids=window).logits[0, -1].argmax()))
+    sys.stdout.buffer.write(bytes(tokens) + b"\n")  # byte tokens, as tessera generate prints them
+    sys.stdout.flush()
+    ok = True
+    if args.expect is not None:
+        same = bytes(tokens) == os.fsencode(args.expect)
+        print(f"hf-generate: the output is {'' if same else 'NOT '}the expected text", file=sys.stderr)
+        ok = ok and same
+    if args.expect_ids is not None:
+        want = [int(t) for t in args.expect_ids.split(",") if t.strip()]
+        same = tokens[start:] == want
+        print(f"hf-generate: new ids {','.join(map(str, tokens[start:]))}: {'' if same else 'NOT '}the expected ids",
+              file=sys.stderr)
+        ok = ok and same
+    return 0 if ok else 1
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     e = sub.add_parser("eval", help="evaluate an export as tessera eval does")
-    e.add_argument("export", help=".safetensors or .pt written by tessera export (its .json beside it)")
-    e.add_argument("--data", help="dataset (default: the deck's data.path)")
-    e.add_argument("--split", help="split (default: the deck's data.test_split)")
+    e.add_argument("export", help=".safetensors or .pt written by tessera export (its .json beside it), or a "
+                                  "Hugging Face LlamaForCausalLM directory")
+    e.add_argument("--data", help="dataset (default: the deck's data.path; required for a directory)")
+    e.add_argument("--split", help="split (default: the deck's data.test_split; \"val\" for a directory)")
+    e.add_argument("--context", type=int, help="a directory: tokens per window (default: max_position_embeddings)")
     e.add_argument("--batch", type=int, default=256, help="samples per forward")
     e.add_argument("--expect-loss", type=float, help="the loss tessera eval printed")
     e.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance for --expect-loss and --expect-rel-l2")
@@ -359,10 +447,12 @@ def main():
     e.add_argument("--stats-rtol", type=float,
                    help="a unet: the largest difference allowed between the export's normalisation statistics "
                         "and those recomputed from the training split, relative to each channel's std")
-    g = sub.add_parser("hf-generate", help="greedy text from a --hf-gpt2 export with transformers")
-    g.add_argument("dir", help="directory written by tessera export --hf-gpt2")
+    g = sub.add_parser("hf-generate", help="greedy text from a GPT-2 or Llama directory with transformers")
+    g.add_argument("dir", help="directory written by tessera export --hf-gpt2 (or a LlamaForCausalLM one)")
     g.add_argument("--prompt", required=True)
     g.add_argument("--tokens", type=int, default=50)
+    g.add_argument("--expect", help="exit 1 unless the output (prompt and new bytes) is this text, byte for byte")
+    g.add_argument("--expect-ids", help="exit 1 unless the new tokens are these ids (comma-separated)")
     args = parser.parse_args()
     return evaluate(args) if args.command == "eval" else hf_generate(args)
 

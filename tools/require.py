@@ -28,7 +28,9 @@ DEBIAN = {
 # Modules Debian does not package at a version the tools can use, with their install commands.
 OTHER = {
     "transformers": "python3 -m venv --system-site-packages VENV && VENV/bin/pip install "
-                    "transformers==4.38.2, then run the tool with VENV/bin/python (docs/models.md)",
+                    "transformers==4.38.2, then run the tool with VENV/bin/python (docs/models.md); a Llama directory "
+                    "written by transformers 5 needs transformers 5 on torch 2: bench/peer_venv.sh && "
+                    ".venv/bin/pip install transformers",
 }
 
 

@@ -215,10 +215,15 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"safetensors", "torch"}))->capture_default_str();
   export_cmd->add_option("--out", export_args.out,
                          "file to write (default: the checkpoint's path with .safetensors or .pt); the JSON goes "
-                         "beside it as .json; with --hf-gpt2 a directory (default: the checkpoint's path + -hf)");
-  export_cmd->add_flag("--hf-gpt2", export_args.hf_gpt2,
-                       "a gpt as Hugging Face's GPT2LMHeadModel: a directory with model.safetensors (or "
-                       "pytorch_model.bin) and config.json");
+                         "beside it as .json; with --hf-gpt2 or --hf-llama a directory (default: the checkpoint's "
+                         "path + -hf)");
+  auto* hf_gpt2 = export_cmd->add_flag("--hf-gpt2", export_args.hf_gpt2,
+                                       "a gpt as Hugging Face's GPT2LMHeadModel: a directory with model.safetensors "
+                                       "(or pytorch_model.bin) and config.json");
+  export_cmd->add_flag("--hf-llama", export_args.hf_llama,
+                       "a llama as Hugging Face's LlamaForCausalLM: a directory with model.safetensors (or "
+                       "pytorch_model.bin) and config.json")
+      ->excludes(hf_gpt2);
   export_cmd->add_flag("--optimizer", export_args.optimizer,
                        "also the optimizer state (optimizer/<name>/<state>) and where training stood");
 
@@ -226,9 +231,12 @@ int run(int argc, char** argv) {
   auto* import_cmd = app.add_subcommand("import", "a safetensors file as a checkpoint of a deck's model");
   import_cmd->footer(
       "The file must hold the deck's model with the names and shapes `tessera export` writes (Tessera's, or "
-      "Hugging Face's GPT-2 names for a gpt); F32, F16, BF16 and F64 convert. Without optimizer state the "
-      "checkpoint is at step 0 with zero state: `tessera train DECK --resume CHECKPOINT` fine-tunes it.");
-  import_cmd->add_option("file", import_args.file, "safetensors file")->required();
+      "Hugging Face's: GPT-2 names for a gpt, Llama names for a llama); F32, F16, BF16 and F64 convert. A "
+      "sharded Hugging Face checkpoint is read through its model.safetensors.index.json. Without optimizer "
+      "state the checkpoint is at step 0 with zero state: `tessera train DECK --resume CHECKPOINT` fine-tunes it.");
+  import_cmd->add_option("file", import_args.file,
+                         "safetensors file, a model.safetensors.index.json (sharded), or a directory with either")
+      ->required();
   add_deck_option(import_cmd, import_args.deck);
   import_cmd->add_option("--out", import_args.out, "checkpoint to write (must not exist)")->required();
 

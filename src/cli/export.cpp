@@ -136,8 +136,8 @@ std::vector<std::vector<float>> read_whole(const Communicator& comm, const io::C
 }
 
 struct Outputs {
-  std::string model, json, hf_config;  ///< hf_config: config.json, with --hf-gpt2 only
-  std::string dir;                     ///< the directory to create, with --hf-gpt2 only
+  std::string model, json, hf_config;  ///< hf_config: config.json, with --hf-gpt2 or --hf-llama only
+  std::string dir;                     ///< the directory to create, with --hf-gpt2 or --hf-llama only
 };
 
 Outputs output_paths(const ExportArgs& args) {
@@ -145,7 +145,7 @@ Outputs output_paths(const ExportArgs& args) {
   fs::path stem = fs::path(args.checkpoint);
   if (stem.extension() == ".h5") stem.replace_extension();
   Outputs o;
-  if (args.hf_gpt2) {
+  if (args.hf_gpt2 || args.hf_llama) {
     o.dir = args.out.empty() ? stem.string() + "-hf" : args.out;
     o.model = (fs::path(o.dir) / (torch ? "pytorch_model.bin" : "model.safetensors")).string();
     o.json = (fs::path(o.dir) / "tessera.json").string();
@@ -200,7 +200,7 @@ void write_outputs(const ExportArgs& args, const Outputs& o, const std::vector<i
 }  // namespace
 
 int export_checkpoint(const ExportArgs& args) {
-  const Naming naming = args.hf_gpt2 ? Naming::hf_gpt2 : Naming::torch;
+  const Naming naming = args.hf_gpt2 ? Naming::hf_gpt2 : args.hf_llama ? Naming::hf_llama : Naming::torch;
   const Outputs out = output_paths(args);
   check_not_the_checkpoint(out, args.checkpoint);
   const Communicator comm(MPI_COMM_WORLD, world_size(), 1, 1);
@@ -247,7 +247,9 @@ int export_checkpoint(const ExportArgs& args) {
   agree(comm.handle(), [&] {
     if (comm.is_root())
       write_outputs(args, out, tensors, metadata, model_json(cfg, shape, map, naming, metadata),
-                    args.hf_gpt2 ? hf_gpt2_config(cfg, shape.outputs) : std::string());
+                    naming == Naming::hf_gpt2    ? hf_gpt2_config(cfg, shape.outputs)
+                    : naming == Naming::hf_llama ? hf_llama_config(cfg, shape.outputs)
+                                                 : std::string());
   });
   if (comm.is_root())
     std::cout << fmt::format("exported {} ({}, step {}: {} parameters in {} tensors{}) to {}, described in {}{}{}\n",

@@ -68,7 +68,7 @@ std::map<std::string, std::string> export_metadata(const io::CheckpointFile& fil
   const auto step = root.find("step");
   return {{"format", "pt"},
           {"tessera.kind", std::string(to_string(cfg.model.kind))},
-          {"tessera.names", naming == Naming::hf_gpt2 ? "hf-gpt2" : "torch"},
+          {"tessera.names", to_string(naming)},
           {"tessera.checkpoint", file.path()},
           {kMetaStep, step != root.end() ? io::to_string(step->second) : std::string("unknown")},
           {"tessera.deck", cfg.resolved_toml}};

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "core/deck.hpp"
@@ -68,6 +69,38 @@ TensorMapping hf_gpt2(const nn::ParamInfo& p) {
   return m;
 }
 
+// LlamaForCausalLM's names (nn.Linear throughout, so renamed only): the decoder under `model.`,
+// the untied head beside it.
+TensorMapping hf_llama(const nn::ParamInfo& p) {
+  TensorMapping m;
+  m.name = p.name;
+  m.shape = m.exported_shape = Shape(p.logical_shape.begin(), p.logical_shape.end());
+  static const std::vector<std::pair<std::string, std::string>> parts = {
+      {".ln_1.", ".input_layernorm."},     {".attn.q.", ".self_attn.q_proj."},
+      {".attn.k.", ".self_attn.k_proj."},  {".attn.v.", ".self_attn.v_proj."},
+      {".attn.proj.", ".self_attn.o_proj."}, {".ln_2.", ".post_attention_layernorm."},
+      {".mlp.gate.", ".mlp.gate_proj."},   {".mlp.up.", ".mlp.up_proj."},
+      {".mlp.proj.", ".mlp.down_proj."}};
+  if (p.name == "wte.weight") {
+    m.exported = "model.embed_tokens.weight";
+  } else if (p.name == "ln_f.weight") {
+    m.exported = "model.norm.weight";
+  } else if (p.name == "lm_head.weight") {
+    m.exported = p.name;
+  } else {
+    m.exported = p.name;
+    bool renamed = false;
+    if (replace(m.exported, "blocks.", "model.layers."))
+      for (const auto& [from, to] : parts)
+        if (replace(m.exported, from, to)) {
+          renamed = true;
+          break;
+        }
+    if (!renamed) throw std::logic_error("hf_llama: no Hugging Face name for the llama's parameter " + p.name);
+  }
+  return m;
+}
+
 // The U-Net as bench/unet_torch.py's UNet builds it (its state_dict's names), and its
 // normalisation (the rule, and the statistics where the checkpoint stores them).
 void unet_json(nlohmann::ordered_json& j, const Config& cfg, const ModelShape& shape) {
@@ -107,16 +140,35 @@ void unet_json(nlohmann::ordered_json& j, const Config& cfg, const ModelShape& s
 
 }  // namespace
 
+const char* to_string(Naming naming) {
+  switch (naming) {
+    case Naming::hf_gpt2: return "hf-gpt2";
+    case Naming::hf_llama: return "hf-llama";
+    case Naming::torch: break;
+  }
+  return "torch";
+}
+
 std::vector<TensorMapping> tensor_map(const Config& cfg, const std::vector<nn::ParamInfo>& params,
                                       Naming naming) {
-  if (naming == Naming::hf_gpt2 && cfg.model.kind != ModelKind::gpt)
+  const ModelKind kind = cfg.model.kind;
+  const char* article = kind == ModelKind::mlp ? "an" : "a";
+  if (naming == Naming::hf_gpt2 && kind != ModelKind::gpt)
     throw InputError(fmt::format("--hf-gpt2: the model is {} {}; only a gpt maps onto Hugging Face's "
-                                 "GPT2LMHeadModel (export it without --hf-gpt2)",
-                                 cfg.model.kind == ModelKind::mlp ? "an" : "a", to_string(cfg.model.kind)));
+                                 "GPT2LMHeadModel (export it {})", article, to_string(kind),
+                                 kind == ModelKind::llama ? "with --hf-llama" : "without --hf-gpt2"));
+  if (naming == Naming::hf_llama && kind != ModelKind::llama)
+    throw InputError(fmt::format("--hf-llama: the model is {} {}; only a llama maps onto Hugging Face's "
+                                 "LlamaForCausalLM (export it {})", article, to_string(kind),
+                                 kind == ModelKind::gpt ? "with --hf-gpt2" : "without --hf-llama"));
   std::vector<TensorMapping> out;
   for (const nn::ParamInfo& p : params) {
     if (naming == Naming::hf_gpt2) {
       out.push_back(hf_gpt2(p));
+      continue;
+    }
+    if (naming == Naming::hf_llama) {
+      out.push_back(hf_llama(p));
       continue;
     }
     TensorMapping m;
@@ -146,9 +198,35 @@ std::string model_json(const Config& cfg, const ModelShape& shape, const std::ve
   j["format"] = "tessera-export";
   j["tessera_version"] = TESSERA_VERSION;
   j["kind"] = to_string(cfg.model.kind);
-  j["names"] = naming == Naming::hf_gpt2 ? "hf-gpt2" : "torch";
+  j["names"] = to_string(naming);
   const auto& m = cfg.model;
-  if (m.kind == ModelKind::gpt) {
+  if (m.kind == ModelKind::llama) {
+    const int hd = m.width / m.heads;
+    j["layers"] = m.layers;
+    j["heads"] = m.heads;
+    j["kv_heads"] = m.kv_heads_or_heads();
+    j["head_dim"] = hd;
+    j["width"] = m.width;
+    j["ffn_width"] = m.ffn_width_or_default();
+    j["context"] = m.context;
+    j["vocab_size"] = shape.outputs;
+    j["block"] = "x = x + attn.proj(attention(ln_1(x))); x = x + mlp.proj(silu(mlp.gate(h)) * mlp.up(h)), "
+                 "h = ln_2(x); no biases anywhere";
+    j["norm"] = "RMSNorm: x * rsqrt(mean(x^2 over the C channels) + norm_eps) * weight (ln_1, ln_2, ln_f)";
+    j["norm_eps"] = m.norm_eps;
+    j["rope"] = "q and k of each head (hd channels) after the projections: x * cos + rotate_half(x) * sin, "
+                "rotate_half(x) = cat(-x[hd/2:], x[:hd/2]); angle of position p, channel i: p * "
+                "rope_theta^(-2 (i mod hd/2) / hd) (Hugging Face's half-split form, not interleaved pairs)";
+    j["rope_theta"] = m.rope_theta;
+    j["attention"] = "causal; query head h reads key/value head h / (heads / kv_heads) (repeat_kv); scores "
+                     "scaled by attention_scale";
+    j["attention_scale"] = 1.0 / std::sqrt(static_cast<double>(hd));
+    j["activation"] = "silu";
+    j["positions"] = "0 .. context-1 in every window; no position embedding";
+    j["tied_head"] = m.tie_embeddings ? "logits = ln_f(x) @ wte.weight^T (no separate head tensor)"
+                                      : "no: logits = ln_f(x) @ lm_head.weight^T";
+    j["sample"] = "a window of context tokens; loss = mean over its positions of the next token's cross-entropy";
+  } else if (m.kind == ModelKind::gpt) {
     j["layers"] = m.layers;
     j["heads"] = m.heads;
     j["width"] = m.width;
@@ -216,6 +294,39 @@ std::string hf_gpt2_config(const Config& cfg, std::int64_t vocab) {
   j["tie_word_embeddings"] = true;
   j["bos_token_id"] = nullptr;
   j["eos_token_id"] = nullptr;
+  j["torch_dtype"] = "float32";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string hf_llama_config(const Config& cfg, std::int64_t vocab) {
+  const auto& m = cfg.model;
+  nlohmann::json j;  // keys sorted, as save_pretrained writes them
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["vocab_size"] = vocab;
+  j["hidden_size"] = m.width;
+  j["intermediate_size"] = m.ffn_width_or_default();
+  j["num_hidden_layers"] = m.layers;
+  j["num_attention_heads"] = m.heads;
+  j["num_key_value_heads"] = m.kv_heads_or_heads();
+  j["head_dim"] = m.width / m.heads;
+  j["max_position_embeddings"] = m.context;
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = m.norm_eps;
+  j["rope_theta"] = m.rope_theta;
+  j["rope_scaling"] = nullptr;  // the plain rotary embedding
+  j["tie_word_embeddings"] = m.tie_embeddings;
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["mlp_bias"] = false;
+  j["pretraining_tp"] = 1;
+  j["initializer_range"] = 0.02;
+  j["use_cache"] = true;
+  // Tessera's data carry no start or end token (byte tokens are the bytes; a BPE's ids are the
+  // text's), and generate stops at a count, not at a token: none to name.
+  j["bos_token_id"] = nullptr;
+  j["eos_token_id"] = nullptr;
+  j["pad_token_id"] = nullptr;
   j["torch_dtype"] = "float32";
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }

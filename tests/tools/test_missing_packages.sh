@@ -59,9 +59,11 @@ expect_missing torch peer_amp bench/peer_amp.py peer.py
 expect_missing numpy gpt_torch tools/gpu/gpt_torch.py
 expect_missing torch gpt_torch tools/gpu/gpt_torch.py
 
-# Packages needed by one path only: metrics.h5 (h5py), hf-generate (transformers).
+# Packages needed by one path only: metrics.h5 (h5py), hf-generate and eval of a Hugging Face
+# directory (transformers).
 mkdir -p "$work/run"
 : >"$work/run/metrics.h5"
 expect_missing h5py plot_metrics tools/plot_metrics.py "$work/run/metrics.h5" --out "$work/x.png"
 expect_missing transformers load_export tools/load_export.py hf-generate "$work/run" --prompt x
+expect_missing transformers load_export tools/load_export.py eval "$work/run" --data x.h5
 echo "PASS: every tool names its missing package and the command that installs it, and exits 2"
