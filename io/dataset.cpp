@@ -398,11 +398,11 @@ std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const 
           group, group, group, group));
     });
   }
-  if (tokens && block.parts > 1)
-    throw InputError(fmt::format("{}: /{} holds tokens (a language dataset), but parallel.spatial = {} splits "
-                                 "each sample's grid; spatial parallelism needs fields of [N, C, H, W]",
-                                 path, split, block.parts));
-  if (tokens) return std::make_unique<TokenSplit>(comm, path, split, context, cache, cache_limit);
+  if (tokens && block.parts > 1 && context % block.parts != 0)
+    throw InputError(fmt::format("{}: /{}: parallel.spatial = {} cuts each window of model.context = {} tokens "
+                                 "into equal blocks; set a context divisible by it", path, split, block.parts,
+                                 context));
+  if (tokens) return std::make_unique<TokenSplit>(comm, path, split, context, cache, cache_limit, block);
   return std::make_unique<SupervisedSplit>(comm, path, split, cache, cache_limit, block);
 }
 

@@ -93,7 +93,8 @@ class SupervisedSplit final : public Split {
 /// every rank of comm; on bad input every rank throws the same InputError naming the file and the
 /// group or dataset: a missing file or group, or a group with neither `inputs` nor `tokens`, says
 /// what each layout expects.
-/// A block (RowBlock, parts > 1) applies to a supervised split; a language split refuses it.
+/// A block (RowBlock, parts > 1) of a supervised split cuts each sample's rows; of a language split
+/// each window's positions (context divisible by the parts).
 std::unique_ptr<Split> open_split(MPI_Comm comm, const std::string& path, const std::string& split,
                                   std::int64_t context, bool cache,
                                   std::uint64_t cache_limit = kNoCacheLimit, RowBlock block = {});

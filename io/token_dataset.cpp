@@ -157,10 +157,13 @@ void TokenSplit::Impl::plan(std::span<const std::int64_t> indices) {
 }
 
 TokenSplit::TokenSplit(MPI_Comm comm, const std::string& path, const std::string& split,
-                       std::int64_t context, bool cache, std::uint64_t cache_limit)
+                       std::int64_t context, bool cache, std::uint64_t cache_limit, RowBlock block)
     : impl_(std::make_unique<Impl>()) {
   if (context < 1)
     throw std::invalid_argument(fmt::format("TokenSplit: context {} must be at least 1", context));
+  if (block.parts < 1 || block.part < 0 || block.part >= block.parts || context % block.parts != 0)
+    throw std::invalid_argument(fmt::format("TokenSplit: block {} of {} of a context of {}", block.part, block.parts,
+                                            context));
   Impl& s = *impl_;
   s.comm = comm;
   s.info.file = path;
@@ -185,11 +188,12 @@ TokenSplit::TokenSplit(MPI_Comm comm, const std::string& path, const std::string
   s.info.samples = (s.tokens.rows() - 1) / context;
   s.info.sample_shape = {context};
   s.info.features = context;
-  s.info.local_features = context;
+  s.info.block = block;
+  s.info.local_features = context / block.parts;
   s.info.has_labels = true;
   s.info.classes = s.vocab;
   s.info.target_width = 0;
-  s.info.label_width = context;
+  s.info.label_width = context / block.parts;
 }
 
 TokenSplit::~TokenSplit() = default;
@@ -223,14 +227,17 @@ void TokenSplit::read(std::span<const std::int64_t> indices, float* inputs, std:
   // Scatter to the caller's order: position j's input is token j of the window, its label token
   // j + 1.
   const std::uint8_t* raw = s.cached ? s.tokens.cache.data() : s.tokens.buffer.data();
+  // Under a block, positions [part T/parts, (part + 1) T/parts) of each window.
   const auto context = static_cast<std::size_t>(s.context);
+  const auto width = static_cast<std::size_t>(s.info.label_width);
+  const std::size_t skip = width * static_cast<std::size_t>(s.info.block.part);
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t first = s.cached ? static_cast<std::size_t>(indices[i]) * context : s.start[i];
+    const std::size_t first = (s.cached ? static_cast<std::size_t>(indices[i]) * context : s.start[i]) + skip;
     const auto token = [&](std::size_t j) { return s.load(raw, first + j); };  // checked above
-    float* x = inputs + i * context;
-    std::int32_t* y = labels + i * context;
+    float* x = inputs + i * width;
+    std::int32_t* y = labels + i * width;
     std::int64_t current = token(0);
-    for (std::size_t j = 0; j < context; ++j) {
+    for (std::size_t j = 0; j < width; ++j) {
       const std::int64_t next = token(j + 1);
       x[j] = static_cast<float>(current);
       y[j] = static_cast<std::int32_t>(next);

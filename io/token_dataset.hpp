@@ -34,15 +34,18 @@ class TokenSplit final : public Split {
   /// stored element size); read() then serves windows from memory. Otherwise read() reads the
   /// windows it needs from the file, collectively.
   /// \param cache_limit the most bytes the cache may take on this rank (as SupervisedSplit)
+  /// \param block with parts > 1, each window's positions cut into `parts` equal blocks of which
+  /// read() returns block `part` (a transformer's context parallelism, parallel.spatial): inputs
+  /// and labels of context / parts positions per sample; context must be a multiple of parts.
   TokenSplit(MPI_Comm comm, const std::string& path, const std::string& split, std::int64_t context,
-             bool cache, std::uint64_t cache_limit = kNoCacheLimit);
+             bool cache, std::uint64_t cache_limit = kNoCacheLimit, RowBlock block = {});
   ~TokenSplit() override;
   TokenSplit(TokenSplit&&) noexcept;
   TokenSplit& operator=(TokenSplit&&) noexcept;
 
   const SplitInfo& info() const override;
   /// \brief Split::read: inputs row i = the window's tokens as floats (exact integers), labels
-  /// row i = the next tokens (label_width = context each); targets is not used. Uncached, one
+  /// row i = the next tokens (label_width = context each, or the block's positions); targets is not used. Uncached, one
   /// collective read per call of the union of the windows (context + 1 tokens each; windows that
   /// touch or overlap are merged, duplicates read once).
   void read(std::span<const std::int64_t> indices, float* inputs, std::int32_t* labels,

@@ -82,6 +82,7 @@ int generate(const GenerateArgs& args) {
   cfg.parallel.data = 1;
   cfg.parallel.tensor = 1;
   cfg.parallel.pipeline = 1;
+  cfg.parallel.spatial = 1;
   cfg.parallel.micro_batches = 1;
   cfg.parallel.stages.clear();
   cfg.parallel.zero = 0;

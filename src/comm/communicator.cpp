@@ -289,6 +289,21 @@ std::vector<std::uint64_t> Communicator::allgather_u64(const std::vector<std::ui
   return all;
 }
 
+void Communicator::all_to_all(const float* send, float* recv, std::size_t per_rank, Group g) const {
+  const auto n = static_cast<std::size_t>(size(g));
+  if (n == 1) {
+    std::copy_n(send, per_rank, recv);
+    return;
+  }
+  const std::uint64_t id = enter("alltoall", g, n * per_rank * sizeof(float), true);
+  if (id == 0) return;
+  const comm::WatchedOp watched(id);
+  if (per_rank > static_cast<std::size_t>(INT_MAX)) throw std::length_error("Communicator::all_to_all: too long");
+  count(g, n * per_rank * sizeof(float), 0, 0);
+  const int elements = static_cast<int>(per_rank);
+  MPI_CHECK(MPI_Alltoall(send, elements, MPI_FLOAT, recv, elements, MPI_FLOAT, handle(g)));
+}
+
 void Communicator::barrier(Group g) const {
   const std::uint64_t id = enter("barrier", g, 0, true);
   if (id == 0) return;

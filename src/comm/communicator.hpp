@@ -205,6 +205,10 @@ class Communicator {
   ///              device buffers with the nccl or cuda-aware-mpi backend (std::runtime_error).
   void allreduce_sum(float* data, std::size_t n, Group g, ReduceDtype wire = ReduceDtype::fp32) const;
   void allreduce_sum(double* data, std::size_t n, Group g) const;
+  /// \brief MPI_Alltoall of floats in host memory: per_rank elements of send to each rank of g
+  /// (rank order), recv the same from each. A transformer's context parallelism regroups its
+  /// attention's operands with it.
+  void all_to_all(const float* send, float* recv, std::size_t per_rank, Group g) const;
   /// \brief Reduce-scatter of a sum (MPI's own algorithm): send holds chunk * size(g) values,
   /// recv gets this rank's chunk of the sum (the rank(g)-th). Collective over the group. Host
   /// memory with `wire` = bf16 (as allreduce_sum; send is left untouched).

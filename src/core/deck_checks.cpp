@@ -195,10 +195,26 @@ void resolve_layout(Config& cfg, int world_size) {
     fail(p.pipeline > 1 ? "parallel.pipeline" : "parallel.tensor",
          fmt::format("tensor={} x pipeline={}: the unet runs on one stage and one tensor rank (set both to 1; "
                      "data and spatial parallelism and ZeRO apply)", p.tensor, p.pipeline));
-  if (p.spatial > 1 && !unet)
+  if (p.spatial > 1 && !unet && !gpt)
     fail("parallel.spatial", fmt::format("{} ranks per sample, but model.kind = \"{}\" has no spatial dimensions to "
-                                         "split (spatial parallelism splits the fields of a model.kind = \"unet\"); "
-                                         "set parallel.spatial = 1", p.spatial, to_string(cfg.model.kind)));
+                                         "split (spatial parallelism splits the fields of a model.kind = \"unet\" "
+                                         "and the sequences of a transformer); set parallel.spatial = 1",
+                                         p.spatial, to_string(cfg.model.kind)));
+  if (p.spatial > 1 && gpt) {  // context parallelism, all-to-all (nn/context_parallel.cpp)
+    const auto& m = cfg.model;
+    if (m.context % p.spatial != 0 || m.context / p.spatial < 2)
+      fail("parallel.spatial", fmt::format("{} ranks share each sequence of model.context = {} tokens in equal "
+                                           "blocks of at least 2; set a context divisible by it", p.spatial,
+                                           m.context));
+    if ((m.heads / p.tensor) % p.spatial != 0)
+      fail("parallel.spatial", fmt::format("{} context ranks regroup the attention by heads (all-to-all): they must "
+                                           "divide the {} heads of each tensor rank (model.heads = {} / "
+                                           "parallel.tensor = {})", p.spatial, m.heads / p.tensor, m.heads, p.tensor));
+    if (cfg.train.precision == Precision::bf16)
+      fail("train.precision", fmt::format("\"bf16\" with parallel.spatial = {}: a transformer's context "
+                                          "parallelism keeps its activations in fp32 for now (its bf16 attention is "
+                                          "not regrouped); use \"fp32\" or \"fp16\"", p.spatial));
+  }
   if ((cfg.model.kind == ModelKind::cnn || unet) && cfg.model.kernel % 2 == 0)
     fail("model.kernel", fmt::format("{} is even; a {} kernel is odd (zero padding kernel/2 keeps the size)",
                                      cfg.model.kernel, to_string(cfg.model.kind)));

@@ -181,7 +181,7 @@ std::vector<KeySpec> build_schema() {
     parallel.key<&P::virtual_stages>("virtual_stages", closed(1, kMaxCount), "chunks of layers per pipeline stage (interleaved 1F1B: stage s holds the model's chunks s, s + pipeline, ...); > 1 needs schedule 1f1b, pipeline >= 2 and micro_batches a multiple of pipeline"),
     parallel.key<&P::zero>("zero", closed(0, 3), "ZeRO stage over the data group: 0 off, 1 shards optimizer state, 2 also gradients, 3 also parameters"),
     parallel.choice<&P::zero_group>("zero_group", kZeroGroups, "zero >= 1: data shards over every rank holding the same parameters (data x spatial); node shards over those on each node and replicates across nodes (hybrid sharding: one reduce across nodes per shard)"),
-    parallel.key<&P::spatial>("spatial", closed(1, kMaxCount), "ranks sharing each sample's grid, each holding a block of its rows (halos exchanged before every convolution); unet only"),
+    parallel.key<&P::spatial>("spatial", closed(1, kMaxCount), "ranks sharing each sample: unet, a block of each field's rows (halos exchanged before every convolution); gpt, llama, a block of each sequence's positions (context parallelism: the attention regroups by heads, all-to-all)"),
     parallel.flag<&P::halo_overlap>("halo_overlap", "parallel.spatial > 1: compute each convolution's interior rows while its halo is in flight (false: exchange, then compute)"),
     parallel.flag<&P::tensor_within_node>("tensor_within_node", "a tensor group whose ranks are on more than one host is an error (exit 2 before the model is built) instead of a warning"),
 

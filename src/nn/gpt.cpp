@@ -97,6 +97,18 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
                                  C, C / shape_.heads, fused_attention_max_head_width));
   heads_local_ = shape_.heads / tp;
   hd_ = C / shape_.heads;
+  const int sp = part_.sp;
+  if (sp < 1 || part_.s < 0 || part_.s >= sp || shape_.context % sp != 0 || heads_local_ % sp != 0)
+    throw std::invalid_argument(fmt::format("tessera::nn::Gpt: context {} and {} heads per tensor rank over {} "
+                                            "context ranks", shape_.context, heads_local_, sp));
+  if (sp > 1 && (!part_.all_to_all || !part_.spatial_sum))
+    throw std::invalid_argument("tessera::nn::Gpt: context parallelism needs all_to_all and spatial_sum");
+  if (sp > 1 && fused_attention)
+    throw InputError("parallel.spatial: context parallelism of a transformer is not built for a GPU build yet "
+                     "(its all-to-all runs on host memory); set parallel.spatial = 1");
+  seq_ = shape_.context / sp;
+  pos0_ = part_.s * seq_;
+  att_heads_ = heads_local_ / sp;
   if (shape_.llama) {
     if (shape_.kv_heads < 1 || shape_.heads % shape_.kv_heads != 0 || shape_.kv_heads % tp != 0 ||
         shape_.ffn < 1 || shape_.ffn % tp != 0 || hd_ % 2 != 0)
@@ -206,17 +218,17 @@ std::size_t Gpt<T>::fc_local() const {
 
 template <class T>
 int Gpt<T>::input_width() const {
-  return first_stage() ? shape_.context : shape_.context * shape_.width;
+  return first_stage() ? seq_ : seq_ * shape_.width;
 }
 
 template <class T>
 int Gpt<T>::output_width() const {
-  return shape_.context * (last_stage() ? vocab_local_ : shape_.width);
+  return seq_ * (last_stage() ? vocab_local_ : shape_.width);
 }
 
 template <class T>
 typename Gpt<T>::Acts Gpt<T>::make_acts(const char* what) const {
-  const auto n = static_cast<std::size_t>(this->max_batch()) * static_cast<std::size_t>(shape_.context);
+  const auto n = static_cast<std::size_t>(this->max_batch()) * static_cast<std::size_t>(seq_);
   const auto C = static_cast<std::size_t>(shape_.width);
   const auto Cl = C / static_cast<std::size_t>(part_.tp);
   const std::string w(what);
@@ -252,17 +264,20 @@ Kokkos::View<E****, Kokkos::LayoutRight, MemSpace> Gpt<T>::scores(const std::str
   const auto Tn = static_cast<std::size_t>(shape_.context);
   return Kokkos::View<E****, Kokkos::LayoutRight, MemSpace>(
       Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::" + what), Kokkos::WithoutInitializing),
-      static_cast<std::size_t>(this->max_batch()), static_cast<std::size_t>(heads_local_), Tn,
+      static_cast<std::size_t>(this->max_batch()), static_cast<std::size_t>(att_heads_), Tn,
       attention_scores_width(Tn));
 }
 
 template <class T>
 void Gpt<T>::add_slot() {
   const auto B = static_cast<std::size_t>(this->max_batch());
-  const auto Tn = static_cast<std::size_t>(shape_.context), C = static_cast<std::size_t>(shape_.width);
+  const auto Tn = static_cast<std::size_t>(seq_), C = static_cast<std::size_t>(shape_.width);
   const std::size_t n = B * Tn;
   const std::size_t nb = blocks_.size();
   if (slots_.empty()) bf16_acts_ = bf16_activations<T>(part_.precision);
+  if (bf16_acts_ && part_.sp > 1)
+    throw InputError("train.precision = \"bf16\": context parallelism (parallel.spatial > 1) of a transformer keeps "
+                     "its activations in fp32; its bf16 attention is not regrouped yet (use fp32 or fp16)");
   Slot& s = slots_.emplace_back();
   s.input = alloc_matrix<T>("input", B, static_cast<std::size_t>(input_width()));
   s.x.push_back(first_stage() ? alloc_matrix<T>("x0", n, C) : Matrix<T>(s.input.data(), n, C));
@@ -315,6 +330,12 @@ void Gpt<T>::add_slot() {
       }
     }
     dhf_ = alloc_matrix<T>("dhf", n, C);
+    if (part_.sp > 1) {
+      cp_qkv_ = alloc_matrix<T>("context: qkv", n, 3 * Cl);
+      cp_y_ = alloc_matrix<T>("context: y", n, Cl);
+      cp_send_ = alloc_matrix<T>("context: send", n, 3 * Cl);
+      cp_recv_ = alloc_matrix<T>("context: receive", n, 3 * Cl);
+    }
     xent_ = alloc_vector<T>("xent", n * static_cast<std::size_t>(2 * part_.tp + 1));
   }
 }
@@ -324,10 +345,14 @@ double Gpt<T>::activation_bytes(int max_batch, int slots) const {
   // What add_slot() and make_acts() allocate, buffer by buffer (bf16 as add_slot() decides it
   // with the first slot): bytes of n x w elements of T, or of the bf16-or-T type p.
   const bool bf16 = bf16_activations<T>(part_.precision);
-  const double B = max_batch, Tn = shape_.context, n = B * Tn, C = shape_.width, Cl = C / part_.tp;
+  const double B = max_batch, Tn = seq_, n = B * Tn, C = shape_.width, Cl = C / part_.tp;
   const double f = sizeof(T), h = sizeof(std::uint16_t), p = bf16 ? h : f;
   const auto bytes = [](double elements, double size) { return mem::view_bytes(elements, size); };
-  const double scores = B * heads_local_ * Tn * double(attention_scores_width(std::size_t(shape_.context)));
+  // The scores: every position of the sequence, for the heads this rank's attention runs.
+  const double scores = B * att_heads_ * double(shape_.context) *
+                        double(attention_scores_width(std::size_t(shape_.context)));
+  // Context parallelism's working set: the local qkv, the gathered y, the all-to-all's buffers.
+  const double context = part_.sp > 1 ? 3 * bytes(n * 3 * Cl, f) + bytes(n * Cl, f) : 0.0;
   if (shape_.llama) {
     // As below, with the llama's widths: h (F/tp) and gate, up (2F/tp, in p) in place of the
     // GELU's 4C/tp pair, two row statistics per block (RMSNorm's rstd) and one for ln_f; the
@@ -342,7 +367,8 @@ double Gpt<T>::activation_bytes(int max_batch, int slots) const {
     const double e = bf16 ? h : f;
     const double shared = (part_.recompute ? acts : 0.0) + 4 * bytes(n * C, f) + bytes(n * (2 * part_.tp + 1), f) +
                           bytes(n * Fl, e) + bytes(n * Cl, e) + bytes(n * 3 * Cl, e) + bytes(scores, e) +
-                          bytes(n * qc, e) + bytes(n * Gl, e) + 2 * bytes(Tn * (hd_ / 2), f);  // + the RoPE tables
+                          bytes(n * qc, e) + bytes(n * Gl, e) + 2 * bytes(double(shape_.context) * (hd_ / 2), f) +
+                          context;  // + the RoPE tables
     return double(slots) * slot + shared;
   }
   // One block's tensors: ln1, ln2, h, qkv, y, att in p; x1, fc, four row statistics in T.
@@ -358,7 +384,7 @@ double Gpt<T>::activation_bytes(int max_batch, int slots) const {
   if (!first_stage()) slot += bytes(n * C, f);
   // The working set: one block's tensors with recompute; dres, d1, dhf and the loss's sums in T;
   // dh, dy, dqkv, dscores in bf16 and dln (in T where a tensor group sums it), or all in T.
-  double shared = (part_.recompute ? acts : 0.0) + 3 * bytes(n * C, f) + bytes(n * (2 * part_.tp + 1), f);
+  double shared = (part_.recompute ? acts : 0.0) + 3 * bytes(n * C, f) + bytes(n * (2 * part_.tp + 1), f) + context;
   if (bf16)
     shared += bytes(n * 4 * Cl, h) + bytes(n * Cl, h) + bytes(n * 3 * Cl, h) + bytes(scores, h) +
               bytes(n * C, part_.tp > 1 ? f : h);
@@ -372,7 +398,7 @@ void Gpt<T>::clear_slots() {
   slots_.clear();
   work_ = Acts{};
   dh16_ = dy16_ = dqkv16_ = dln16_ = qkvc16_ = dgu16_ = Matrix<std::uint16_t>();
-  dln_ = dqkv_ = dy_ = dh_ = qkvc_ = dgu_ = Matrix<T>();
+  dln_ = dqkv_ = dy_ = dh_ = qkvc_ = dgu_ = cp_qkv_ = cp_y_ = cp_send_ = cp_recv_ = Matrix<T>();
   dscores_ = {};
   dscores16_ = {};
 }
@@ -438,7 +464,7 @@ void Gpt<T>::embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const 
   }
   kernels::embedding_forward(exec, tokens, store_->value_matrix(wte_),
                              positions ? store_->value_matrix(wpe_) : MatrixU<T>(), x, vocab_first_,
-                             positions && part_.t == 0);
+                             positions && part_.t == 0, pos0_);
   tensor_sum(exec, x);  // one rank added the positions, each its vocabulary rows
   if (hooks_) {
     if (positions) hooks_->after_forward(wpe_unit_);
@@ -474,7 +500,7 @@ template <class T>
 template <class A>
 void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
                               const Acts& a, int tokens, const MatrixU<T>& out) const {
-  const int batch = tokens / shape_.context;
+  const int batch = tokens / seq_;
   const auto r = [&](const auto& m) { return first_rows(m, std::size_t(tokens)); };
   const MatrixU<T> x1 = r(a.x1), fc = r(a.fc);
   const MatrixU<A> ln1 = r(pick<A>(a.ln1, a.ln1_16)), ln2 = r(pick<A>(a.ln2, a.ln2_16)),
@@ -490,7 +516,7 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
     // products in dy16_; fc's in dh16_.
     const MatrixU<std::uint16_t> qkv16 = r(dqkv16_), fc16 = r(dh16_);
     b.qkv.forward_bf16(exec, Bf16Matrix(ln1), qkv16);
-    qkv_to_bf16(exec, Bf16Matrix(qkv16), heads_local_, shape_.context, a.qkv16.data());
+    qkv_to_bf16(exec, Bf16Matrix(qkv16), heads_local_, seq_, a.qkv16.data());
     attention_forward_bf16(exec, a.qkv16.data(), y, batch_scores(a.att16, batch));
     residual_forward_bf16(exec, b.proj, Bf16Matrix(y), x, x1, r(dy16_));
     kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
@@ -500,10 +526,11 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
     residual_forward_bf16(exec, b.mproj, Bf16Matrix(h), MatrixU<const T>(x1), out, r(dy16_));
   } else {
     const MatrixU<T> qkv = r(a.qkv);
-    const AttU<T> att = batch_scores(a.att, batch);
-    linear_forward(exec, b.qkv, ln1, qkv, part_.tensor_sum);
-    if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
-    else attention_forward<T>(exec, part_.precision, qkv, y, att);
+    // Under context parallelism the product goes to working memory and a.qkv gets the operands
+    // regrouped by heads (attend).
+    const MatrixU<T> product = part_.sp > 1 ? r(cp_qkv_) : qkv;
+    linear_forward(exec, b.qkv, ln1, product, part_.tensor_sum);
+    attend(exec, product, y, a, batch);
     b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
     kernels::bias_residual_add(exec, store_->value(b.proj.bias_index()), x, x1);
     kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
@@ -535,7 +562,7 @@ template <class A>
 void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const MatrixU<const T>& x,
                                const Acts& a, int tokens, const MatrixU<T>& dres) const {
   // dres: the gradient of the block's output in, of its input out.
-  const int batch = tokens / shape_.context;
+  const int batch = tokens / seq_;
   const auto r = [&](const auto& m) { return first_rows(m, std::size_t(tokens)); };
   const MatrixU<T> d1 = r(d1_);
   // After each column-parallel layer (fc, qkv), the LayerNorm before it: the input gradient of
@@ -584,10 +611,8 @@ void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const Matr
     // d1: the gradient of x1, through LayerNorm and the residual.
     layernorm_backward(r(a.x1), b.ln2_w, b.ln2_b, a.mean2, a.rstd2, dln, d1, dres);
     // Attention sub-block.
-    const AttU<T> att = batch_scores(a.att, batch), ds = batch_scores(dscores_, batch);
     b.proj.backward(exec, r(a.y), d1, dy);
-    if constexpr (fused_attention) fused_attention_backward<T>(exec, r(a.qkv), att, dy, dqkv, ds);
-    else attention_backward<T>(exec, part_.precision, r(a.qkv), att, dy, dqkv, ds);
+    attend_backward(exec, a, dy, dqkv, batch);
     linear_backward(exec, b.qkv, r(a.ln1), dqkv, dln, part_.tensor_sum);
     layernorm_backward(x, b.ln1_w, b.ln1_b, a.mean1, a.rstd1, dln, dres, d1);
   }
@@ -597,7 +622,7 @@ template <class T>
 void Gpt<T>::forward(const ExecSpace& exec, int slot) {
   ScopedRegion region("tessera::nn::Gpt::forward");
   const int batch = this->batch_of(slot);
-  const int tokens = batch * shape_.context;
+  const int tokens = batch * seq_;
   Slot& s = slots_[std::size_t(slot)];
   if (first_stage()) embed(exec, rows(s.input, batch), tokens_rows(s.x[0], tokens));
   for (std::size_t k = 0; k < blocks_.size(); ++k) {
@@ -614,7 +639,7 @@ template <class T>
 void Gpt<T>::backward(const ExecSpace& exec, int slot) {
   ScopedRegion region("tessera::nn::Gpt::backward");
   const int batch = this->batch_of(slot);
-  const int tokens = batch * shape_.context;
+  const int tokens = batch * seq_;
   const std::size_t n = std::size_t(tokens), C = std::size_t(shape_.width);
   Slot& s = slots_[std::size_t(slot)];
   const MatrixU<T> dres = tokens_rows(dres_, tokens);
@@ -653,7 +678,7 @@ void Gpt<T>::backward(const ExecSpace& exec, int slot) {
       hooks_->before_backward(wte_unit_);
     }
     kernels::embedding_backward(exec, rows(s.input, batch), MatrixU<const T>(dres), store_->grad_matrix(wte_),
-                                positions ? store_->grad_matrix(wpe_) : MatrixU<T>(), vocab_first_);
+                                positions ? store_->grad_matrix(wpe_) : MatrixU<T>(), vocab_first_, pos0_);
     if (hooks_) {
       if (positions) hooks_->after_backward(wpe_unit_);
       hooks_->after_backward(wte_unit_);

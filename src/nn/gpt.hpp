@@ -87,6 +87,13 @@ class Gpt : public Network<T> {
     std::function<void(T*, std::size_t)> tensor_sum;  ///< sum over the tensor group (tp > 1)
     bool recompute = false;
     Precision precision = Precision::fp32;  ///< of every product (train.precision; float models)
+    /// Context parallelism (parallel.spatial): sp ranks share each sequence, this one holding
+    /// positions [s T/sp, (s+1) T/sp) of every activation; the attention regroups them by heads
+    /// (all_to_all over the group: per_rank elements to and from each rank, rank order) and the
+    /// loss sums are summed over the group (spatial_sum).
+    int sp = 1, s = 0;
+    std::function<void(const T*, T*, std::size_t)> all_to_all;
+    std::function<void(double*, std::size_t)> spatial_sum;
   };
 
   /// \brief Registers the part's parameters in `store` (before store.plan()).
@@ -99,7 +106,7 @@ class Gpt : public Network<T> {
   int input_width() const override;
   /// Last stage: T * V/tp logits per sample; else T*C activations.
   int output_width() const override;
-  int label_width() const override { return shape_.context; }
+  int label_width() const override { return seq_; }
   /// \brief Bytes add_slot() allocates: `slots` slots of `max_batch` rows each plus the working
   /// set the first slot makes for all (backward's buffers, the recomputed block, the loss's sums);
   /// slots = 0: the working set alone. Counts every buffer add_slot() and make_acts() make.
@@ -217,6 +224,18 @@ class Gpt : public Network<T> {
   std::size_t mlp_local() const;
   std::size_t fc_local() const;
   std::size_t qkv_compact() const { return std::size_t(heads_local_ + 2 * kv_local_) * std::size_t(hd_); }
+  /// The attention of `batch` samples on the rank's positions: qkv (tokens, 3 C/tp) in, y
+  /// (tokens, C/tp) out, att and its scores as the block's. Under context parallelism, regrouped
+  /// by heads around the attention (nn/context_parallel.cpp): a.qkv then holds the gathered
+  /// operands that backward reads, `qkv` is working memory.
+  void attend(const ExecSpace& exec, const MatrixU<const T>& qkv, const MatrixU<T>& y, const Acts& a, int batch) const;
+  /// Its backward: dqkv (tokens, 3 C/tp) from dy (tokens, C/tp).
+  void attend_backward(const ExecSpace& exec, const Acts& a, const MatrixU<const T>& dy, const MatrixU<T>& dqkv,
+                       int batch) const;
+  /// The positions' operands regrouped between sequence blocks and heads: `parts` column groups of
+  /// heads_local_ heads (q, k, v: 3; y: 1). to_heads: local (tokens, parts C/tp) -> gathered
+  /// (batch T, parts C/(tp sp)); else back.
+  void regroup(const ExecSpace& exec, const T* from, T* to, int batch, int parts, bool to_heads) const;
   /// The final norm (LayerNorm, or llama's RMSNorm) of x into the slot's hf/hf16.
   void final_norm(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const;
 
@@ -226,6 +245,7 @@ class Gpt : public Network<T> {
   int first_ = 0, end_ = 0;
   int heads_local_ = 0, vocab_local_ = 0, vocab_first_ = 0;
   int kv_local_ = 0, ffn_local_ = 0, hd_ = 0;  // llama: key/value heads, MLP width on this rank; head width
+  int seq_ = 0, pos0_ = 0, att_heads_ = 0;  // positions on this rank, the first of them; heads its attention runs
   Vector<T> rope_cos_, rope_sin_;              // llama: kernels::rope_tables
   ParamStore<T>* store_;
   std::vector<Block> blocks_;
@@ -250,6 +270,9 @@ class Gpt : public Network<T> {
   // the gradients of gate and up; in bf16 under bf16 activations.
   Matrix<T> qkvc_, dgu_;
   Matrix<std::uint16_t> qkvc16_, dgu16_;
+  // Context parallelism: the local operands before regrouping (and the gathered dqkv), the
+  // gathered y (and dy), and the all-to-all's send and receive buffers.
+  Matrix<T> cp_qkv_, cp_y_, cp_send_, cp_recv_;
 };
 
 extern template class Gpt<float>;

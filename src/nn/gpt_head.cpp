@@ -183,7 +183,7 @@ template <class T>
 LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_t> labels,
                       MatrixU<const T> /*targets*/, T scale) {
   const int batch = this->batch_of(slot);
-  const auto n = static_cast<Index>(batch) * shape_.context;
+  const auto n = static_cast<Index>(batch) * seq_;
   const Slot& s = slots_[std::size_t(slot)];
   const Index Vl = vocab_local_;
   if (Index(labels.extent(0)) != n)
@@ -204,7 +204,11 @@ LossSums Gpt<T>::loss(const ExecSpace& exec, int slot, VectorU<const std::int32_
     return cross_entropy<T>(exec, MatrixU<const T>(positions(s.logits)), positions(s.dlogits), labels, buf,
                             vocab_first_, part_.tp, part_.t, per_token, part_.tensor_sum);
   }();
-  return {r.loss / shape_.context, r.correct / shape_.context};
+  // Per sample: the mean over all T positions, of which this rank holds T/sp (the rest on the
+  // other ranks of its context group: summed there).
+  double sums[2] = {r.loss / shape_.context, r.correct / shape_.context};
+  if (part_.sp > 1) part_.spatial_sum(sums, 2);
+  return {sums[0], sums[1]};
 }
 
 namespace {

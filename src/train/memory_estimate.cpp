@@ -44,6 +44,11 @@ double activation_bytes(const Config& cfg, const ModelShape& shape, int rows) {
     part.chunks = stage_chunks(cfg, bounds, stage);
     part.tp = cfg.parallel.tensor;
     part.tensor_sum = [](float*, std::size_t) {};  // registration only: never called
+    if (is_transformer(cfg.model.kind) && cfg.parallel.spatial > 1) {  // a block of each sequence
+      part.sp = cfg.parallel.spatial;
+      part.all_to_all = [](const float*, float*, std::size_t) {};
+      part.spatial_sum = [](double*, std::size_t) {};
+    }
     const int chunks = static_cast<int>(part.chunks.size());
     const int bound = slot_bound(pipeline_schedule(cfg.parallel.schedule, stages, stage, micro, chunks), chunks);
     const int slots = chunks > 1 ? std::min(bound, micro) : bound;

@@ -264,6 +264,10 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
     p.tp = part.tp;
     p.t = part.t;
     p.tensor_sum = part.tensor_sum;
+    p.sp = part.sp;
+    p.s = part.s;
+    p.all_to_all = part.all_to_all;
+    p.spatial_sum = part.spatial_sum;
     p.recompute = cfg.train.recompute;
     p.precision = cfg.train.precision;
     return std::make_unique<nn::Gpt<float>>(store, gpt_shape(cfg, shape), std::move(p));

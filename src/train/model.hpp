@@ -55,6 +55,11 @@ struct ModelPart {
   std::function<void(float*, std::size_t)> tensor_sum;  ///< sum over the tensor group
   std::shared_ptr<nn::Halo<float>> halo;  ///< the spatial neighbours (unet); null: whole samples
   bool halo_overlap = true;               ///< parallel.halo_overlap
+  /// A transformer's context parallelism (parallel.spatial): ranks sharing each sequence, this
+  /// one, the all-to-all and the sum over them (nn::Gpt::Part).
+  int sp = 1, s = 0;
+  std::function<void(const float*, float*, std::size_t)> all_to_all;
+  std::function<void(double*, std::size_t)> spatial_sum;
 };
 
 /// \brief Layer boundaries of the model's pipeline chunks: chunk j holds layers [b[j], b[j+1]),

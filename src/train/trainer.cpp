@@ -147,6 +147,14 @@ ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelSha
     if (tensor_seconds) *tensor_seconds += StepTimer::now() - t0;
   };
   if (cfg.model.kind == ModelKind::unet && comm.sp() > 1) part.halo = std::make_shared<SpatialHalo<float>>(comm);
+  if (is_transformer(cfg.model.kind) && comm.sp() > 1) {  // context parallelism (nn/context_parallel.cpp)
+    part.sp = comm.sp();
+    part.s = comm.rank(Group::spatial);
+    part.all_to_all = [&comm](const float* send, float* recv, std::size_t per_rank) {
+      comm.all_to_all(send, recv, per_rank, Group::spatial);
+    };
+    part.spatial_sum = [&comm](double* x, std::size_t n) { comm.allreduce_sum(x, n, Group::spatial); };
+  }
   part.halo_overlap = cfg.parallel.halo_overlap;
   return part;
 }

@@ -459,6 +459,24 @@ TEST(Layout, LlamaSplitsThatCannotWorkAreRefused) {
   expect_input_error([&] { tessera::resolve_layout(tanh, 1); }, {"model.gelu_approximate"});
 }
 
+TEST(Layout, ContextParallelismNeedsWhatItsAllToAllNeeds) {
+  const auto deck = [](const std::string& name, const std::string& more) {
+    return load_deck(write_deck(name, "[model]\nkind = \"gpt\"\nheads = 4\nwidth = 32\ncontext = 24\n" + more), {});
+  };
+  Config ok = deck("cp_ok.toml", "[parallel]\nspatial = 2\ntensor = 2\n");
+  EXPECT_NO_THROW(tessera::resolve_layout(ok, 4));
+  Config ctx = deck("cp_ctx.toml", "[parallel]\nspatial = 5\n");
+  expect_input_error([&] { tessera::resolve_layout(ctx, 5); },
+                     {"parallel.spatial", "5 ranks share each sequence of model.context = 24 tokens"});
+  Config heads = deck("cp_heads.toml", "[parallel]\nspatial = 4\ntensor = 2\n");
+  expect_input_error([&] { tessera::resolve_layout(heads, 8); },
+                     {"parallel.spatial", "must divide the 2 heads of each tensor rank"});
+  Config bf16 = deck("cp_bf16.toml", "[parallel]\nspatial = 2\n[train]\nprecision = \"bf16\"\n");
+  expect_input_error([&] { tessera::resolve_layout(bf16, 2); }, {"train.precision", "parallel.spatial = 2"});
+  Config mlp = load_deck(write_deck("cp_mlp.toml", "[parallel]\nspatial = 2\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(mlp, 2); }, {"parallel.spatial", "model.kind = \"mlp\""});
+}
+
 TEST(Layout, VirtualStagesNeedWhatTheInterleavedScheduleNeeds) {
   const std::string mlp = "[model]\nhidden = [64, 64, 64]\n[train]\nglobal_batch = 64\n[parallel]\npipeline = 2\n";
   const auto deck = [&](const std::string& name, const std::string& more) {
