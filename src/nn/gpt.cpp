@@ -117,17 +117,6 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
                                               shape_.kv_heads, shape_.ffn, hd_, tp));
     kv_local_ = shape_.kv_heads / tp;
     ffn_local_ = shape_.ffn / tp;
-    std::vector<T> c, sn;
-    kernels::rope_tables(shape_.context, hd_, shape_.rope_theta, c, sn);
-    const auto table = [&](const char* what, const std::vector<T>& host) {
-      Vector<T> v(Kokkos::view_alloc(mem::label(mem::Category::act, std::string("tessera::nn::Gpt::") + what),
-                                     Kokkos::WithoutInitializing), host.size());
-      Kokkos::deep_copy(v, Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(),
-                                                                                                         host.size()));
-      return v;
-    };
-    rope_cos_ = table("rope.cos", c);
-    rope_sin_ = table("rope.sin", sn);
   } else if (!shape_.tied) {
     throw std::invalid_argument("tessera::nn::Gpt: GPT-2's head is always tied to wte");
   }
@@ -304,6 +293,18 @@ void Gpt<T>::add_slot() {
   if (!first_stage()) s.dinput = alloc_matrix<T>("dinput", B, Tn * C);
   if (slots_.size() == 1) {  // the shared working set, once
     const auto Cl = C / static_cast<std::size_t>(part_.tp);
+    if (shape_.llama) {  // the rotation tables, with the working set (counted as activations)
+      std::vector<T> c, sn;
+      kernels::rope_tables(shape_.context, hd_, shape_.rope_theta, c, sn);
+      const auto table = [&](const char* what, const std::vector<T>& host) {
+        Vector<T> v = alloc_vector<T>(what, host.size());
+        Kokkos::deep_copy(v, Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(),
+                                                                                                           host.size()));
+        return v;
+      };
+      rope_cos_ = table("rope.cos", c);
+      rope_sin_ = table("rope.sin", sn);
+    }
     if (part_.recompute) work_ = make_acts("recompute");
     dres_ = alloc_matrix<T>("dres", n, C);
     d1_ = alloc_matrix<T>("d1", n, C);
@@ -399,6 +400,7 @@ void Gpt<T>::clear_slots() {
   work_ = Acts{};
   dh16_ = dy16_ = dqkv16_ = dln16_ = qkvc16_ = dgu16_ = Matrix<std::uint16_t>();
   dln_ = dqkv_ = dy_ = dh_ = qkvc_ = dgu_ = cp_qkv_ = cp_y_ = cp_send_ = cp_recv_ = Matrix<T>();
+  rope_cos_ = rope_sin_ = Vector<T>();
   dscores_ = {};
   dscores16_ = {};
 }
