@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Byte-level Llama (Hugging Face transformers' LlamaForCausalLM: RMSNorm, RoPE, GQA, SiLU-gated MLP,
-no biases, lm_head untied), PyTorch CPU training throughput: the peer of inputs/llama_kjv.toml.
+no biases, lm_head untied), PyTorch CPU training throughput: the peer of inputs/kjv_llama.toml.
 usage: llama_torch.py --data FILE [--threads 2 --steps 40 --warm 10 --batch 16 --block 128 --layers 4 --heads 8
        --kv-heads 4 --embd 256 --ffn 704] [--amp bf16] [--attn sdpa|eager] [--compile]
 Needs torch and transformers (bench/peer_venv.sh, then .venv/bin/pip install transformers)."""
