@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 namespace tessera::test {
 
@@ -26,16 +28,21 @@ RunResult shell(const std::string& command) {
   return r;
 }
 
+// Root is allowed (CI runs as root); waiting ranks yield the core on an oversubscribed node.
+const std::string kRunEnv =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 "
+    "OPENBLAS_NUM_THREADS=1 ";
+
 std::string tessera_command(int ranks, const std::string& args) {
-  // Root is allowed (CI runs as root); waiting ranks yield the core on an oversubscribed node.
-  const std::string env =
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 "
-      "OPENBLAS_NUM_THREADS=1 ";
-  return env + TESSERA_MPIEXEC + " -n " + std::to_string(ranks) + " --oversubscribe --bind-to none " +
+  return kRunEnv + TESSERA_MPIEXEC + " -n " + std::to_string(ranks) + " --oversubscribe --bind-to none " +
          TESSERA_BINARY + " " + args;
 }
 
 RunResult tessera(int ranks, const std::string& args) { return shell(tessera_command(ranks, args)); }
+
+RunResult tessera_alone(const std::string& args) {
+  return shell(kRunEnv + TESSERA_BINARY + " " + args);
+}
 
 // Each test program works in its own directory, so programs that ctest runs at once never share one.
 fs::path work_dir() { return fs::path(TESSERA_TEST_WORK_DIR) / program_invocation_short_name; }
@@ -143,17 +150,28 @@ std::map<std::int64_t, double> eval_losses(const std::string& dir, bool accuracy
   return m;
 }
 
+const std::string& shared_run(int ranks, const std::string& extra) {
+  // The test hooks in the environment (TESSERA_TEST_*, inherited by the run) are part of the run.
+  std::string hooks;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::string_view(*e).starts_with("TESSERA_TEST_")) hooks += std::string(*e) + "\n";
+  static std::map<std::pair<int, std::string>, std::string> runs;
+  const auto key = std::pair{ranks, extra + "\n" + hooks};
+  if (const auto it = runs.find(key); it != runs.end()) return it->second;
+  const std::string dir = fresh_dir("shared_run_" + std::to_string(runs.size()));
+  const RunResult r = tessera(ranks, train_args(dir, extra));
+  if (r.exit_code != 0) ADD_FAILURE() << "the shared run on " << ranks << " rank(s) with '" << extra << "' failed:\n" << r.output;
+  return runs.emplace(key, dir).first->second;
+}
+
 void expect_layout_invariant(const std::string& name, const std::string& extra,
                              const std::vector<std::pair<int, std::string>>& layouts) {
-  const std::string ref = fresh_dir(name + "_ref");
-  const RunResult r0 = tessera(1, train_args(ref, extra));
-  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  const std::string& ref = shared_run(1, extra);
   const auto ref_losses = train_losses(ref);
   ASSERT_EQ(ref_losses.size(), 30u);
   for (const auto& [ranks, layout] : layouts) {
-    const std::string dir = fresh_dir(name + "_np" + std::to_string(ranks));
-    const RunResult r = tessera(ranks, train_args(dir, extra + " " + layout));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string& dir = shared_run(ranks, extra.empty() || layout.empty() ? extra + layout : extra + " " + layout);
+    ASSERT_EQ(train_losses(dir).size(), 30u) << name << ": " << ranks << " ranks " << layout;
     EXPECT_LE(max_relative_difference(ref_losses, train_losses(dir)), 1e-5)
         << ranks << " ranks " << layout;
     EXPECT_LE(max_relative_difference(eval_losses(ref), eval_losses(dir)), 1e-5) << layout;

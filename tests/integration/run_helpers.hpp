@@ -19,6 +19,9 @@ RunResult shell(const std::string& command);
 std::string tessera_command(int ranks, const std::string& args);
 /// Runs `tessera ARGS` under mpiexec with `ranks` ranks.
 RunResult tessera(int ranks, const std::string& args);
+/// \brief Runs `tessera ARGS` as one process without mpiexec (MPI's singleton start), for the
+/// 1-rank commands that are refused: mpiexec adds a second or two to every non-zero exit.
+RunResult tessera_alone(const std::string& args);
 /// A fresh, empty directory under the test work dir.
 std::string fresh_dir(const std::string& name);
 /// The prepared Fashion-MNIST file (made once per test run).
@@ -54,11 +57,17 @@ double max_relative_difference(const std::map<std::int64_t, double>& a,
 const std::string& test_deck();
 /// `train DECK` on the prepared data into `out`, plus `extra` arguments.
 std::string train_args(const std::string& out, const std::string& extra = "");
+/// \brief The directory of `tessera(ranks, train_args(DIR, extra))`, trained once per test program
+/// and shared by every case that compares with that same run under the same test hooks (the
+/// TESSERA_TEST_* variables of the environment). Callers read it and never write into it: copy it
+/// to resume from it.
+const std::string& shared_run(int ranks, const std::string& extra = "");
 /// Eval-row losses (or accuracies) by step.
 std::map<std::int64_t, double> eval_losses(const std::string& dir, bool accuracy = false);
 
 /// \brief Trains `extra` on 1 rank and on each (ranks, arguments) layout; every run's losses and
-/// evaluations must equal the 1-rank run's within 1e-5 relative (gtest expectations).
+/// evaluations must equal the 1-rank run's within 1e-5 relative (gtest expectations). Every run
+/// is a shared_run: the 1-rank one shared_run(1, extra), a layout's shared_run(ranks, "EXTRA LAYOUT").
 void expect_layout_invariant(const std::string& name, const std::string& extra,
                              const std::vector<std::pair<int, std::string>>& layouts);
 

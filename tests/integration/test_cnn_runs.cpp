@@ -55,7 +55,7 @@ TEST(Cnn, TheLogNamesTheConvolutionPath) {
   const std::string log = read_file(dir + "/log.txt");
   EXPECT_NE(log.find("conv: fp32 -> im2col (GEMM per sample"), std::string::npos) << log;
   EXPECT_NE(log.find("; run.conv = im2col"), std::string::npos) << log;
-  r = tessera(1, train_args(dir, kCnn + " --set run.conv=fft"));
+  r = tessera_alone(train_args(dir, kCnn + " --set run.conv=fft"));
   expect_input_error(r, "run.conv");
 }
 
@@ -64,10 +64,10 @@ TEST(Cnn, PipelineAndEvenKernelsAreDeckErrors) {
   RunResult r = tessera(2, train_args(dir, kCnn + " --set parallel.pipeline=2"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("parallel.pipeline"), std::string::npos) << r.output;
-  r = tessera(1, train_args(dir, kCnn + " --set model.kernel=4"));
+  r = tessera_alone(train_args(dir, kCnn + " --set model.kernel=4"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("model.kernel"), std::string::npos) << r.output;
-  r = tessera(1, train_args(dir, "--set model.kind=cnn --set model.channels=[4,4,4,4,4,4]"));
+  r = tessera_alone(train_args(dir, "--set model.kind=cnn --set model.channels=[4,4,4,4,4,4]"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("model.channels"), std::string::npos) << r.output;
 }

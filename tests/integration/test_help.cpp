@@ -17,10 +17,6 @@
 namespace tessera::test {
 namespace {
 
-RunResult tessera_alone(const std::string& args) {
-  return shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + std::string(TESSERA_BINARY) + " " + args);
-}
-
 // Kokkos's help: its banner, or an option listed as "--kokkos-NAME[=ARG]   : what it does".
 bool shows_kokkos_help(const std::string& out) {
   static const std::regex option(R"(--kokkos-[a-z-]+(=\S+)? +: )");

@@ -42,8 +42,7 @@ void expect_same_parameters(const std::string& a, const std::string& b) {
 }
 
 TEST(Layouts, EveryLayoutScheduleAndMicroBatchCountTrainsTheSameModel) {
-  const std::string ref = fresh_dir("ref");
-  ASSERT_EQ(tessera(1, train_args(ref)).exit_code, 0);
+  const std::string& ref = shared_run(1);
   const auto ref_losses = train_losses(ref);
   ASSERT_EQ(ref_losses.size(), 30u);
   for (const Layout& l : kLayouts)
@@ -87,9 +86,9 @@ std::string interleaved(int v, int micro) {
                      v, micro);
 }
 
+// The 1-rank run of the four-layer model, trained once (shared_run) for the two cases below.
 TEST(Layouts, InterleavedStagesTrainTheSameModel) {
-  const std::string ref = fresh_dir("interleaved_ref");
-  ASSERT_EQ(tessera(1, train_args(ref, kFourLayers)).exit_code, 0);
+  const std::string& ref = shared_run(1, kFourLayers);
   const std::vector<std::pair<int, std::string>> cases = {
       {2, interleaved(2, 4)},
       {2, interleaved(2, 2)},
@@ -120,8 +119,7 @@ TEST(Layouts, InterleavedStagesTrainTheSameModel) {
 }
 
 TEST(Layouts, CheckpointsResumeAcrossVirtualStages) {
-  const std::string whole = fresh_dir("virtual_whole");
-  ASSERT_EQ(tessera(1, train_args(whole, kFourLayers)).exit_code, 0);
+  const std::string& whole = shared_run(1, kFourLayers);
   // Written under v = 2, resumed under v = 1; written under v = 1, resumed under v = 2.
   for (const auto& [write, resume] : {std::pair{interleaved(2, 2), interleaved(1, 2)},
                                       std::pair{interleaved(1, 2), interleaved(2, 2)}}) {

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -35,14 +37,28 @@ void expect_same_bits(const std::string& a, const std::string& b) {
   EXPECT_NE(d.output.find("tolerance 0: passed"), std::string::npos) << d.output;
 }
 
+// The in-memory run of a deck (`args_of_dir` without offload arguments), trained once for every
+// case that compares with it: its directory.
+std::string memory_run(const std::string& name, int ranks, const std::string& args_of_dir) {
+  static std::map<std::pair<int, std::string>, std::string> runs;
+  const auto key = std::pair{ranks, args_of_dir};
+  if (const auto it = runs.find(key); it != runs.end()) return it->second;
+  const std::string mem = fresh_dir(name + "_mem");
+  const RunResult a = tessera(ranks, fmt::format(fmt::runtime(args_of_dir), mem, ""));
+  if (a.exit_code != 0) {
+    ADD_FAILURE() << a.output;
+    return "";
+  }
+  return runs.emplace(key, mem).first->second;
+}
+
 // The same deck in memory and offloaded (`offload`: the deck's settings; `env`: before the
 // command), its log saying `says`.
 void expect_offload_equals_memory(const std::string& name, int ranks, const std::string& args_of_dir,
                                   const std::string& offload = disk, const std::string& says = "disk",
                                   const std::string& env = "") {
-  const std::string mem = fresh_dir(name + "_mem"), off = fresh_dir(name + "_off");
-  const RunResult a = tessera(ranks, fmt::format(fmt::runtime(args_of_dir), mem, ""));
-  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::string mem = memory_run(name, ranks, args_of_dir), off = fresh_dir(name + "_off");
+  ASSERT_FALSE(mem.empty());
   const RunResult b = shell(env + tessera_command(ranks, fmt::format(fmt::runtime(args_of_dir), off, offload)));
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("optimizer state (rank 0): " + says), std::string::npos) << b.output;
@@ -135,8 +151,8 @@ TEST(Offload, HostGivesTheBitsOfMemoryStagedAsOnAGpu) {
 }
 
 TEST(Offload, CheckpointsMoveBetweenDiskAndMemory) {
-  const std::string whole = fresh_dir("whole");
-  ASSERT_EQ(tessera(2, train_args(whole, adamw)).exit_code, 0);
+  // The uninterrupted AdamW run on 2 ranks, trained once for this case and the killed update's.
+  const std::string& whole = shared_run(2, adamw);
   // 20 steps one way, the last 10 the other: the uninterrupted run's bits.
   for (const auto& [first, second] : {std::pair{disk, std::string()}, std::pair{std::string(), disk}}) {
     const std::string dir = fresh_dir(first.empty() ? "memory_then_disk" : "disk_then_memory");
@@ -168,7 +184,7 @@ TEST(Offload, AnUnusableOffloadPathStopsTheRunBeforeItsFirstStep) {
   EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(full + "/log.txt"));
   // comm.priority updates inside the next forward, which the offload does not stream.
-  expect_input_error(tessera(1, train_args(fresh_dir("offload_priority"), disk + " --set comm.priority=true")),
+  expect_input_error(tessera_alone(train_args(fresh_dir("offload_priority"), disk + " --set comm.priority=true")),
                      "optimizer.offload");
 }
 
@@ -177,7 +193,7 @@ TEST(Offload, AMemoryRefusalNamesTheOffloadThatWouldFit) {
   // eval batch of 500) over a 3 MB limit; on disk it is 2.9 MB.
   const std::string deck = fmt::format("check {} --set data.path={} --set optimizer.kind=adamw --set run.memory_limit_mb=3 "
                                        "--set optimizer.offload_buffer_mb=0.05", test_deck(), fashion_mnist());
-  expect_input_error(tessera(1, deck), "more than the limit; set optimizer.offload = \"disk\" (about 2.9 MB per rank then");
+  expect_input_error(tessera_alone(deck), "more than the limit; set optimizer.offload = \"disk\" (about 2.9 MB per rank then");
   const RunResult fits = tessera(1, deck + " --set optimizer.offload=disk");
   EXPECT_EQ(fits.exit_code, 0) << fits.output;
   EXPECT_NE(fits.output.find("optimizer state on disk per rank"), std::string::npos) << fits.output;
@@ -217,8 +233,7 @@ TEST(Offload, AStopSignalCheckpointsTheStateOnDiskAndResumesToTheUninterruptedBi
 }
 
 TEST(Offload, ARankKilledInTheMiddleOfAnUpdateResumesToTheUninterruptedBits) {
-  const std::string whole = fresh_dir("kill_whole");
-  ASSERT_EQ(tessera(2, train_args(whole, adamw)).exit_code, 0);
+  const std::string& whole = shared_run(2, adamw);
   // AdamW's two states of 53248 floats (padded) in tiles of 2048 (a 0.05 MB buffer holds 3 of each):
   // 52 writes per step on each rank; the 806th is half-way through step 16's update (after the
   // checkpoint of step 10).

@@ -105,7 +105,8 @@ TEST(PrepareText, BadInputExitsTwoWithOneLineAndLeavesNoFile) {
   for (std::size_t i = 0; i < std::size(cases) + 2; ++i) {
     const int ranks = i < std::size(cases) ? 1 : 2;
     const auto& [args, needle] = cases[i % std::size(cases)];
-    const RunResult r = tessera(ranks, fmt::format("prepare text --out {} {}", out, args));
+    const std::string command = fmt::format("prepare text --out {} {}", out, args);
+    const RunResult r = ranks == 1 ? tessera_alone(command) : tessera(ranks, command);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
     EXPECT_EQ(count(r.output, "tessera: error:"), 1) << r.output;
     EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
@@ -113,14 +114,14 @@ TEST(PrepareText, BadInputExitsTwoWithOneLineAndLeavesNoFile) {
     EXPECT_FALSE(fs::exists(out + ".tmp")) << args;
   }
   // An output that is one of the inputs is refused, and the input is left as it was.
-  const RunResult same = tessera(1, fmt::format("prepare text --out {0}/ok.txt {0}/ok.txt", dir));
+  const RunResult same = tessera_alone(fmt::format("prepare text --out {0}/ok.txt {0}/ok.txt", dir));
   EXPECT_EQ(same.exit_code, 2) << same.output;
   EXPECT_NE(same.output.find("is also an input"), std::string::npos) << same.output;
   EXPECT_EQ(read_file(dir + "/ok.txt"), "some text\n");
   // An existing output survives a failed run unchanged.
   ASSERT_EQ(tessera(1, fmt::format("prepare text --out {0} {1}/ok.txt", out, dir)).exit_code, 0);
   const std::string before = read_file(out);
-  EXPECT_EQ(tessera(1, fmt::format("prepare text --out {0} {1}/ok.txt {1}/missing.txt", out, dir)).exit_code, 2);
+  EXPECT_EQ(tessera_alone(fmt::format("prepare text --out {0} {1}/ok.txt {1}/missing.txt", out, dir)).exit_code, 2);
   EXPECT_EQ(read_file(out), before);
   EXPECT_FALSE(fs::exists(out + ".tmp"));
 }

@@ -367,7 +367,7 @@ TEST(Robustness, ExtremeDeckValuesAreDeckErrorsOrFitTheData) {
   EXPECT_EQ(tessera(2, args(fresh_dir("robust_global"), "--set train.global_batch=1000000 --set train.drop_last=false "
                                                         "--set train.steps=1 --set eval.every_steps=0")).exit_code, 0);
   // Grid products in 64 bits; a value with a newline is echoed on one line.
-  expect_input_error(tessera(1, fmt::format("check {} --set parallel.tensor=1048576 --set parallel.pipeline=1048576 "
+  expect_input_error(tessera_alone(fmt::format("check {} --set parallel.tensor=1048576 --set parallel.pipeline=1048576 "
                                             "--set data.path={}", deck, fashion_mnist())),
                      "parallel.tensor");
   expect_input_error(tessera(2, args(dir, "--set \"$(printf 'model.activation=re\\nlu')\"")), "re\\nlu");

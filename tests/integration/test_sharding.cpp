@@ -54,9 +54,11 @@ TEST(Sharding, BucketsOverlapAndNoSyncEqualPlainDataParallel) {
                            {2, per_layer + " --set comm.allreduce=ring --set parallel.micro_batches=2 --set comm.no_sync=false"}});
 }
 
+// The uninterrupted 40 steps on 2 ranks, trained once for the cases that resume to it.
+const std::string kSteps40 = "--set train.steps=40";
+
 TEST(Sharding, CheckpointsOfEveryStageResumeUnderAnyOther) {
-  const std::string whole = fresh_dir("zero_whole");
-  ASSERT_EQ(tessera(2, train_args(whole, "--set train.steps=40")).exit_code, 0);
+  const std::string& whole = shared_run(2, kSteps40);
   // Written by ZeRO-2 on 2 ranks (each rank writes its shard's pieces) and by ZeRO-3 on 4.
   for (const auto& [ranks, writer] : std::vector<std::pair<int, std::string>>{
            {2, "--set parallel.zero=2" + per_layer}, {4, "--set parallel.zero=3"}}) {
@@ -115,7 +117,7 @@ TEST_F(HybridSharding, CheckpointsResumeUnderFlatSharding) {
 }
 
 TEST_F(HybridSharding, UnevenNodesAndZeroStageZeroAreRefused) {
-  const RunResult zero0 = tessera(1, train_args(fresh_dir("hybrid_zero0"), "--set parallel.zero_group=node"));
+  const RunResult zero0 = tessera_alone(train_args(fresh_dir("hybrid_zero0"), "--set parallel.zero_group=node"));
   EXPECT_EQ(zero0.exit_code, 2) << zero0.output;
   EXPECT_NE(zero0.output.find("parallel.zero_group"), std::string::npos) << zero0.output;
   // 3 ranks on nodes of 2: one node holds 2 replicas, the other 1.
@@ -137,9 +139,7 @@ TEST_F(HybridSharding, HierarchicalAllreduceEqualsPlainDataParallel) {
 // test deck's 30 steps: 4.8e-5 (2 ranks) and 1.4e-4 (4 ranks, ZeRO-1) from the 1-rank fp32 losses;
 // the bound is 1e-3. The replica group's bytes per step (the communicator's counters) halve.
 TEST(Exchange, Bf16ReductionTracksFp32AndHalvesTheBytes) {
-  const std::string ref = fresh_dir("bf16_ref"), fp32 = fresh_dir("bf16_fp32");
-  ASSERT_EQ(tessera(1, train_args(ref)).exit_code, 0);
-  ASSERT_EQ(tessera(2, train_args(fp32)).exit_code, 0);
+  const std::string &ref = shared_run(1), &fp32 = shared_run(2);
   for (const auto& [np, extra] : std::vector<std::pair<int, std::string>>{
            {2, ""}, {4, " --set parallel.zero=1"}}) {
     const std::string dir = fresh_dir("bf16");
@@ -182,7 +182,7 @@ TEST(Plan, BytesPerNodeLinkFollowTheFormulas) {
   const RunResult from = tessera(1, base + "--from " + run);
   EXPECT_EQ(from.exit_code, 0) << from.output;
   EXPECT_NE(from.output.find("measured in " + run), std::string::npos) << from.output;
-  const RunResult missing = tessera(1, base + "--from " + run + "/nothing");
+  const RunResult missing = tessera_alone(base + "--from " + run + "/nothing");
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
   EXPECT_NE(missing.output.find("cannot read"), std::string::npos) << missing.output;
 }
@@ -214,8 +214,8 @@ TEST(Exchange, PriorityEqualsTheSameLayoutWithoutIt) {
 }
 
 TEST(Exchange, PriorityCheckpointResumesWithoutIt) {
-  const std::string whole = fresh_dir("prio_whole"), first = fresh_dir("prio_first");
-  ASSERT_EQ(tessera(2, train_args(whole, "--set train.steps=40")).exit_code, 0);
+  const std::string& whole = shared_run(2, kSteps40);
+  const std::string first = fresh_dir("prio_first");
   const RunResult w = tessera(2, train_args(first, "--set train.steps=20" + priority));
   ASSERT_EQ(w.exit_code, 0) << w.output;
   const RunResult r = tessera(1, train_args(first, "--set train.steps=40 --resume auto"));

@@ -78,11 +78,20 @@ TEST(Training, RingAndParameterServerAllreduceEqualMpi) {
                            {4, "--set comm.allreduce=parameter-server"}});
 }
 
+// The runs that several cases compare with, each trained once (shared_run): the uninterrupted
+// 40 steps, the first 20 of them (copied before they are resumed), and the deck's 30 steps on 2
+// ranks.
+const std::string kSteps40 = "--set train.steps=40", kSteps20 = "--set train.steps=20";
+
+std::string copy_of(const std::string& run, const std::string& name) {
+  const std::string dir = fresh_dir(name);
+  fs::copy(run, dir, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  return dir;
+}
+
 TEST(Training, StoppedAndResumedRunEqualsUninterrupted) {
-  const std::string whole = fresh_dir("resume_whole");
-  ASSERT_EQ(tessera(2, train_args(whole, "--set train.steps=40")).exit_code, 0);
-  const std::string split = fresh_dir("resume_split");
-  ASSERT_EQ(tessera(2, train_args(split, "--set train.steps=20")).exit_code, 0);
+  const std::string& whole = shared_run(2, kSteps40);
+  const std::string split = copy_of(shared_run(2, kSteps20), "resume_split");
   // What a crash mid-write leaves behind: a half-written temporary, which resume must ignore.
   const std::string stale = split + "/checkpoints/step_00000025.h5.tmp";
   std::ofstream(stale) << "half a checkpoint";
@@ -164,8 +173,8 @@ TEST(Training, ReplicaChecksPassAndCatchADivergedReplica) {
   // Checks every 5 steps change nothing (bitwise: the same layout and thread counts, 2 ranks
   // each); a replica perturbed just before the check after step 10 stops the run there, naming
   // the tensor and the ranks, before step 10's checkpoint.
-  const std::string plain = fresh_dir("replicas_plain"), checked = fresh_dir("replicas_checked");
-  ASSERT_EQ(tessera(2, train_args(plain)).exit_code, 0);
+  const std::string& plain = shared_run(2);
+  const std::string checked = fresh_dir("replicas_checked");
   ASSERT_EQ(tessera(2, train_args(checked, "--set train.check_replicas_every=5")).exit_code, 0);
   EXPECT_EQ(max_relative_difference(train_losses(plain), train_losses(checked)), 0.0);
   EXPECT_NE(read_file(checked + "/log.txt").find("compare the checksums of their parameters and optimizer state"),
@@ -184,13 +193,9 @@ TEST(Training, ReplicaChecksPassAndCatchADivergedReplica) {
 }
 
 TEST(Training, CheckpointFromTwoRanksResumesOnOneAndFour) {
-  const std::string whole = fresh_dir("reshard_whole");
-  ASSERT_EQ(tessera(2, train_args(whole, "--set train.steps=40")).exit_code, 0);
-  const std::string first = fresh_dir("reshard_first");
-  ASSERT_EQ(tessera(2, train_args(first, "--set train.steps=20")).exit_code, 0);
+  const std::string& whole = shared_run(2, kSteps40);
   for (int ranks : {1, 4}) {
-    const std::string dir = fresh_dir("reshard_np" + std::to_string(ranks));
-    fs::copy(first, dir, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    const std::string dir = copy_of(shared_run(2, kSteps20), "reshard_np" + std::to_string(ranks));
     const RunResult r = tessera(ranks, train_args(dir, "--set train.steps=40 --resume auto"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_LE(max_relative_difference(train_losses(whole), train_losses(dir)), 1e-5) << ranks;
@@ -198,8 +203,7 @@ TEST(Training, CheckpointFromTwoRanksResumesOnOneAndFour) {
 }
 
 TEST(Training, CheckpointLayoutOpensInH5py) {
-  const std::string dir = fresh_dir("layout");
-  ASSERT_EQ(tessera(2, train_args(dir)).exit_code, 0);
+  const std::string& dir = shared_run(2);
   EXPECT_EQ(read_file(dir + "/checkpoints/latest"), "step_00000030.h5\n");
   // keep = 2: steps 20 and 30 remain.
   EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_00000010.h5"));
@@ -217,8 +221,9 @@ TEST(Training, CheckpointLayoutOpensInH5py) {
       "assert f['optimizer'].attrs['kind']=='sgd' and int(f['optimizer'].attrs['step'])==30\n"
       "assert abs(f['model/layers.0.weight'][()]).sum()>0\n"
       "print('h5py ok')\n";
-  std::ofstream(dir + "/check.py") << script;
-  const RunResult r = shell("/usr/bin/python3 " + dir + "/check.py " + dir + "/checkpoints/step_00000030.h5");
+  const std::string py = fresh_dir("layout_check") + "/check.py";
+  std::ofstream(py) << script;
+  const RunResult r = shell("/usr/bin/python3 " + py + " " + dir + "/checkpoints/step_00000030.h5");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("h5py ok"), std::string::npos);
 
@@ -229,8 +234,7 @@ TEST(Training, CheckpointLayoutOpensInH5py) {
 }
 
 TEST(Training, InspectAndEvalReadTheCheckpoint) {
-  const std::string dir = fresh_dir("inspect");
-  ASSERT_EQ(tessera(2, train_args(dir)).exit_code, 0);
+  const std::string& dir = shared_run(2);
   const std::string ckpt = dir + "/checkpoints/step_00000030.h5";
   const RunResult ins = tessera(1, "inspect " + ckpt);
   ASSERT_EQ(ins.exit_code, 0) << ins.output;
@@ -277,7 +281,7 @@ TEST(Training, RegressionTargetsTrainWithMseOnAnyRankCount) {
   EXPECT_LE(max_relative_difference(losses[0], losses[1]), 1e-5);
   EXPECT_LT(losses[0].rbegin()->second, 0.2 * losses[0].begin()->second);
   // Classification-only settings are refused for a targets dataset.
-  expect_input_error(tessera(1, "train " + deck + " --set run.output_dir=" + dir + "/ce " + args +
+  expect_input_error(tessera_alone("train " + deck + " --set run.output_dir=" + dir + "/ce " + args +
                                     " --set model.loss=cross_entropy"),
                      "cross_entropy");
 }

@@ -74,9 +74,9 @@ TEST(UNet, Bf16ConvolutionsTrackFp32) {
 }
 
 TEST(UNet, RelativeL2ErrorIsReported) {
-  const std::string dir = fresh_dir("unet_rel_l2");
-  const RunResult r = tessera(2, train_args(dir, unet() + " --set parallel.spatial=2"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The run of the layout case above (shared_run), on 2 spatial ranks.
+  const std::string& dir = shared_run(2, unet() + " --set parallel.spatial=2");
+  ASSERT_FALSE(train_losses(dir).empty());
   const std::string summary = read_file(dir + "/summary.json");
   EXPECT_NE(summary.find("\"test_rel_l2\""), std::string::npos) << summary;
   // Every eval row of metrics.csv and of metrics.h5 carries the relative L2 error (the deck
@@ -149,7 +149,7 @@ TEST(UNet, AMemoryCapOneRankExceedsTrainsOnTwoSpatialRanks) {
   // counters agree), about 22 MB on each of two spatial ranks.
   const std::string capped = unet() + " --set train.steps=3 --set train.global_batch=32 --set run.memory_limit_mb=30";
   const std::string one = fresh_dir("unet_cap1");
-  const RunResult r1 = tessera(1, train_args(one, capped));
+  const RunResult r1 = tessera_alone(train_args(one, capped));
   EXPECT_EQ(r1.exit_code, 2) << r1.output;
   EXPECT_NE(r1.output.find("tessera: error: run.memory_limit_mb = 30: the run needs about"), std::string::npos)
       << r1.output;
@@ -161,7 +161,7 @@ TEST(UNet, AMemoryCapOneRankExceedsTrainsOnTwoSpatialRanks) {
 TEST(UNet, BadSplitsAndModelsAreOneLineErrors) {
   const std::string dir = fresh_dir("unet_errors");
   const auto expect_error = [&](int ranks, const std::string& args, const std::string& key) {
-    const RunResult r = tessera(ranks, args);
+    const RunResult r = ranks == 1 ? tessera_alone(args) : tessera(ranks, args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
     EXPECT_NE(r.output.find("tessera: error: "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(key), std::string::npos) << key << "\n" << r.output;

@@ -68,7 +68,8 @@ std::vector<int> timed_out_ranks(const Faulted& f) {
   return ranks;
 }
 
-RunResult doctor(const std::string& dir) { return tessera(1, "doctor " + dir); }
+// One process without mpiexec: the refusals below would wait on mpiexec's reaping of a failed job.
+RunResult doctor(const std::string& dir) { return tessera_alone("doctor " + dir); }
 
 // The doctor names `rank` and where it stopped: it never entered `op`, or left no record while the
 // others waited in `op`.
