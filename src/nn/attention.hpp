@@ -29,6 +29,12 @@ template <class T>
 using AttentionScores =
     Kokkos::View<T****, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
+/// The first `batch` samples of a (B, heads, T, width) scores buffer sized for the largest batch.
+template <class E>
+AttentionScores<E> batch_scores(const Kokkos::View<E****, Kokkos::LayoutRight, MemSpace>& a, int batch) {
+  return AttentionScores<E>(a.data(), std::size_t(batch), a.extent(1), a.extent(2), a.extent(3));
+}
+
 /// \brief y (B*T, C) from qkv (B*T, 3C); att (B, heads, T, T) gets the probabilities (zero above
 /// the diagonal). Every product in precision p (blas::matmul: the model's train.precision).
 template <class T>

@@ -21,14 +21,6 @@ namespace tessera::nn {
 
 namespace {
 
-template <class T>
-using AttU = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
-template <class E>
-AttU<E> batch_scores(const Kokkos::View<E****, Kokkos::LayoutRight, MemSpace>& a, int batch) {
-  return AttU<E>(a.data(), std::size_t(batch), a.extent(1), a.extent(2), a.extent(3));
-}
-
 struct Regroup {
   Index batch, seq, sp, parts, hs, hd;  // seq: positions per rank
   /// Index in the local matrix of staging element (r, b, t, p, h, e).
@@ -79,7 +71,7 @@ void Gpt<T>::regroup(const ExecSpace& exec, const T* from, T* to, int batch, int
 template <class T>
 void Gpt<T>::attend(const ExecSpace& exec, const MatrixU<const T>& qkv, const MatrixU<T>& y, const Acts& a,
                     int batch) const {
-  const AttU<T> att = batch_scores(a.att, batch);
+  const AttentionScores<T> att = batch_scores(a.att, batch);
   if (part_.sp == 1) {
     if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
     else attention_forward<T>(exec, part_.precision, qkv, y, att);
@@ -98,7 +90,7 @@ void Gpt<T>::attend(const ExecSpace& exec, const MatrixU<const T>& qkv, const Ma
 template <class T>
 void Gpt<T>::attend_backward(const ExecSpace& exec, const Acts& a, const MatrixU<const T>& dy, const MatrixU<T>& dqkv,
                              int batch) const {
-  const AttU<T> att = batch_scores(a.att, batch), ds = batch_scores(dscores_, batch);
+  const AttentionScores<T> att = batch_scores(a.att, batch), ds = batch_scores(dscores_, batch);
   const std::size_t tokens = std::size_t(batch) * std::size_t(seq_);
   if (part_.sp == 1) {
     const MatrixU<const T> qkv = first_rows(a.qkv, tokens);

@@ -26,17 +26,6 @@ namespace tessera::nn {
 namespace {
 
 template <class T>
-using Att = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace>;
-template <class T>
-using AttU = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
-/// The first `batch` samples of a (B, heads, T, T) buffer.
-template <class E>
-AttU<E> batch_scores(const Att<E>& a, int batch) {
-  return AttU<E>(a.data(), std::size_t(batch), a.extent(1), a.extent(2), a.extent(3));
-}
-
-template <class T>
 Matrix<T> alloc_matrix(const std::string& what, std::size_t r, std::size_t c) {
   return Matrix<T>(Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::" + what),
                                       Kokkos::WithoutInitializing), r, c);

@@ -19,14 +19,6 @@ namespace tessera::nn {
 
 namespace {
 
-template <class T>
-using AttU = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
-template <class E>
-AttU<E> batch_scores(const Kokkos::View<E****, Kokkos::LayoutRight, MemSpace>& a, int batch) {
-  return AttU<E>(a.data(), std::size_t(batch), a.extent(1), a.extent(2), a.extent(3));
-}
-
 /// y = p + r (p the product, fp32 or bf16 read as its values; y may be p).
 template <class RView, class PView, class YView>
 void residual_add(const ExecSpace& exec, const RView& r, const PView& p, const YView& y) {

@@ -60,21 +60,24 @@ double run_loss(nn::Gpt<T>& gpt, int slot, const Batch& b, double scale) {
 // Both GELUs: the exact one and GPT-2's tanh form (model.gelu_approximate = "tanh").
 class GptGradients : public ::testing::TestWithParam<bool> {};
 
-TEST_P(GptGradients, MatchFiniteDifferences) {
+/// Every parameter's gradient of a double model of `shape` (one forward and backward of 2
+/// samples) against central finite differences of its loss. The weights are scaled up from
+/// GPT-2's 0.02 so that every term matters in the differences, the norms' weights away from 1 so
+/// that a gradient that ignores them is seen.
+void expect_every_gradient(const nn::GptShape& shape) {
   const ExecSpace exec;
   nn::ParamStore<double> store;
-  nn::GptShape shape = kTiny;
-  shape.gelu_tanh = GetParam();
   nn::Gpt<double> gpt(store, shape);
   store.allocate();
   store.initialize(exec, 5);
-  // Larger than GPT-2's 0.02 so that every term matters in the differences.
-  for (std::size_t p = 0; p < store.infos().size(); ++p)
+  for (std::size_t p = 0; p < store.infos().size(); ++p) {
     if (store.infos()[p].init == nn::InitKind::normal) tessera::kernels::scale(exec, store.value(p), 20.0);
+    if (store.infos()[p].init == nn::InitKind::ones) tessera::kernels::scale(exec, store.value(p), 1.7);
+  }
   const int batch = 2;
   gpt.reserve(batch);
   const int slot = gpt.acquire(batch);
-  const Batch b = make_batch(batch, kTiny, 3);
+  const Batch b = make_batch(batch, shape, 3);
   const double scale = 1.0 / batch;
   store.zero_grads(exec);
   run_loss(gpt, slot, b, scale);
@@ -86,6 +89,12 @@ TEST_P(GptGradients, MatchFiniteDifferences) {
     const std::vector<double> g(grads.begin() + long(info.offset), grads.begin() + long(info.offset + info.size));
     expect_gradient(info.name.c_str(), Flat(store.values().data() + info.offset, info.size), g, loss);
   }
+}
+
+TEST_P(GptGradients, MatchFiniteDifferences) {
+  nn::GptShape shape = kTiny;
+  shape.gelu_tanh = GetParam();
+  expect_every_gradient(shape);
 }
 INSTANTIATE_TEST_SUITE_P(Gpt, GptGradients, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "TanhGelu" : "ExactGelu"; });
@@ -108,32 +117,7 @@ nn::GptShape llama_shape(int heads, int kv_heads, int ffn, double theta, bool ti
 class LlamaGradients : public ::testing::TestWithParam<int> {};
 
 TEST_P(LlamaGradients, MatchFiniteDifferences) {
-  const ExecSpace exec;
-  nn::ParamStore<double> store;
-  const nn::GptShape shape = GetParam() == 0 ? llama_shape(4, 2, 6, 10000.0, false) : llama_shape(2, 1, 12, 3.0, true);
-  nn::Gpt<double> gpt(store, shape);
-  store.allocate();
-  store.initialize(exec, 5);
-  for (std::size_t p = 0; p < store.infos().size(); ++p) {
-    if (store.infos()[p].init == nn::InitKind::normal) tessera::kernels::scale(exec, store.value(p), 20.0);
-    // RMSNorm weights away from 1, so that a gradient that ignores them is seen.
-    if (store.infos()[p].init == nn::InitKind::ones) tessera::kernels::scale(exec, store.value(p), 1.7);
-  }
-  const int batch = 2;
-  gpt.reserve(batch);
-  const int slot = gpt.acquire(batch);
-  const Batch b = make_batch(batch, shape, 3);
-  const double scale = 1.0 / batch;
-  store.zero_grads(exec);
-  run_loss(gpt, slot, b, scale);
-  gpt.backward(exec, slot);
-  const std::vector<double> grads = to_host(store.grads());
-  const auto loss = [&] { return run_loss(gpt, slot, b, scale); };
-  for (const auto& info : store.infos()) {
-    SCOPED_TRACE(info.name);
-    const std::vector<double> g(grads.begin() + long(info.offset), grads.begin() + long(info.offset + info.size));
-    expect_gradient(info.name.c_str(), Flat(store.values().data() + info.offset, info.size), g, loss);
-  }
+  expect_every_gradient(GetParam() == 0 ? llama_shape(4, 2, 6, 10000.0, false) : llama_shape(2, 1, 12, 3.0, true));
 }
 INSTANTIATE_TEST_SUITE_P(Llama, LlamaGradients, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& p) {
