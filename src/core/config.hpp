@@ -27,6 +27,10 @@ enum class PipelineSchedule { gpipe, one_f_one_b };
 /// parallel.zero_group: the ranks ZeRO spreads the state over (the whole replica group, or its ranks
 /// on one node: hybrid sharding, replicated across nodes).
 enum class ZeroGroup { replica, node };
+/// How a transformer's context ranks (parallel.spatial) share the attention: regrouped by heads
+/// (all-to-all, DeepSpeed Ulysses) or keys and values passed around a ring of point-to-point
+/// transfers (ring attention; a sliding window's halo from the preceding ranks).
+enum class ContextComm { all_to_all, ring };
 enum class AllreduceAlgorithm { mpi, ring, parameter_server, hierarchical };
 /// The element type gradient sums travel in (comm.reduce_dtype); sums accumulate in fp32 either way.
 enum class ReduceDtype { fp32, bf16 };
@@ -72,6 +76,7 @@ struct ModelConfig {
   double rope_theta = 10000.0;  ///< llama: base of the rotary position embeddings' frequencies
   double norm_eps = 1e-5;       ///< llama: RMSNorm's epsilon
   bool tie_embeddings = true;   ///< the output head is the token embedding (gpt: always)
+  int window = 0;  ///< gpt, llama: sliding-window attention over the W most recent positions; 0: all (causal)
 
   /// llama: model.kv_heads with 0 resolved to model.heads.
   int kv_heads_or_heads() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -98,6 +103,7 @@ struct ParallelConfig {
   int spatial = 1;            ///< ranks sharing each sample's grid (blocks of rows; unet only)
   ZeroGroup zero_group = ZeroGroup::replica;  ///< shard over the replica group, or within each node
   bool halo_overlap = true;   ///< compute each convolution's interior while its halo is in flight
+  ContextComm context_comm = ContextComm::all_to_all;  ///< a transformer's context parallelism
   bool tensor_within_node = false;  ///< a tensor group whose ranks span hosts is an error, not a warning
 
   bool operator==(const ParallelConfig&) const = default;

@@ -351,6 +351,7 @@ std::string_view to_string(OptimizerOffload v) { return name_in(deck::kOptimizer
 std::string_view to_string(ScheduleKind v) { return name_in(deck::kScheduleKinds, v); }
 std::string_view to_string(PipelineSchedule v) { return name_in(deck::kPipelineSchedules, v); }
 std::string_view to_string(ZeroGroup v) { return name_in(deck::kZeroGroups, v); }
+std::string_view to_string(ContextComm v) { return name_in(deck::kContextComms, v); }
 std::string_view to_string(AllreduceAlgorithm v) { return name_in(deck::kAllreduceAlgorithms, v); }
 std::string_view to_string(CommBackend v) { return name_in(deck::kCommBackends, v); }
 std::string_view to_string(ReduceDtype v) { return name_in(deck::kReduceDtypes, v); }

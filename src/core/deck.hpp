@@ -54,6 +54,7 @@ std::string_view to_string(OptimizerOffload v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(PipelineSchedule v);
 std::string_view to_string(ZeroGroup v);
+std::string_view to_string(ContextComm v);
 std::string_view to_string(AllreduceAlgorithm v);
 std::string_view to_string(CommBackend v);
 std::string_view to_string(ReduceDtype v);

@@ -165,6 +165,20 @@ void resolve_layout(Config& cfg, int world_size) {
                                             "every hidden width must be a multiple of parallel.tensor",
                                             p.tensor, i, cfg.model.hidden[i]));
   }
+  if (gpt && cfg.model.window > cfg.model.context)
+    fail("model.window", fmt::format("{} positions is more than the model.context of {} (a window as long as the "
+                                     "context is full causal attention: set 0)", cfg.model.window, cfg.model.context));
+  if (!gpt && cfg.model.window != 0)
+    fail("model.window", fmt::format("{} sets a transformer's sliding-window attention; model.kind = \"{}\" has no "
+                                     "attention: remove it", cfg.model.window, to_string(cfg.model.kind)));
+  if (!gpt && cfg.parallel.context_comm != ContextComm::all_to_all)
+    fail("parallel.context_comm", fmt::format("\"{}\" chooses a transformer's context parallelism; model.kind = "
+                                              "\"{}\" has none: remove it", to_string(cfg.parallel.context_comm),
+                                              to_string(cfg.model.kind)));
+  // Until their kernels land (this session's work in progress): refused, not ignored.
+  if (cfg.model.window != 0) fail("model.window", "sliding-window attention is not built yet; remove it");
+  if (cfg.parallel.context_comm == ContextComm::ring)
+    fail("parallel.context_comm", "\"ring\" is not built yet; use \"all_to_all\"");
   if (!llama) {  // the Llama family's keys, refused where they would change nothing
     const ModelConfig defaults;
     const auto refuse = [&](std::string_view key, const std::string& value, const std::string& fix) {
@@ -200,16 +214,24 @@ void resolve_layout(Config& cfg, int world_size) {
                                          "split (spatial parallelism splits the fields of a model.kind = \"unet\" "
                                          "and the sequences of a transformer); set parallel.spatial = 1",
                                          p.spatial, to_string(cfg.model.kind)));
-  if (p.spatial > 1 && gpt) {  // context parallelism, all-to-all (nn/context_parallel.cpp)
+  if (p.spatial > 1 && gpt) {  // context parallelism (nn/context_parallel.cpp, nn/context_ring.cpp)
     const auto& m = cfg.model;
-    if (m.context % p.spatial != 0 || m.context / p.spatial < 2)
-      fail("parallel.spatial", fmt::format("{} ranks share each sequence of model.context = {} tokens in equal "
-                                           "blocks of at least 2; set a context divisible by it", p.spatial,
-                                           m.context));
-    if ((m.heads / p.tensor) % p.spatial != 0)
+    const bool ring = p.context_comm == ContextComm::ring;
+    // The ring's causal load balancing gives each rank two chunks (a head and a tail) of every
+    // sequence; a window's halo and the all-to-all take one block.
+    const int chunks = ring && m.window == 0 ? 2 * p.spatial : p.spatial;
+    if (m.context % chunks != 0 || m.context / p.spatial < 2)
+      fail("parallel.spatial",
+           fmt::format("{} ranks share each sequence of model.context = {} tokens in {} equal chunks{}, at least 2 "
+                       "tokens per rank; set a context divisible by {}", p.spatial, m.context, chunks,
+                       chunks != p.spatial ? " (parallel.context_comm = \"ring\": a head and a tail chunk per rank)"
+                                           : "",
+                       chunks));
+    if (!ring && (m.heads / p.tensor) % p.spatial != 0)
       fail("parallel.spatial", fmt::format("{} context ranks regroup the attention by heads (all-to-all): they must "
                                            "divide the {} heads of each tensor rank (model.heads = {} / "
-                                           "parallel.tensor = {})", p.spatial, m.heads / p.tensor, m.heads, p.tensor));
+                                           "parallel.tensor = {}), or set parallel.context_comm = \"ring\"",
+                                           p.spatial, m.heads / p.tensor, m.heads, p.tensor));
     if (cfg.train.precision == Precision::bf16)
       fail("train.precision", fmt::format("\"bf16\" with parallel.spatial = {}: a transformer's context "
                                           "parallelism keeps its activations in fp32 for now (its bf16 attention is "

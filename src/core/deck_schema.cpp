@@ -170,6 +170,7 @@ std::vector<KeySpec> build_schema() {
     model.key<&M::ffn_width>("ffn_width", closed(0, kMaxWidth), "llama: hidden width of the SwiGLU MLP (divisible by parallel.tensor); 0: the smallest multiple of 256 at least 8/3 model.width"),
     model.key<&M::rope_theta>("rope_theta", closed(1, 1e12), "llama: base of the rotary position embeddings' frequencies (Hugging Face's rope_theta)"),
     model.key<&M::norm_eps>("norm_eps", open_closed(0, 1), "llama: epsilon of the RMSNorms (Hugging Face's rms_norm_eps)"),
+    model.key<&M::window>("window", closed(0, kMaxWidth), "gpt, llama: sliding-window attention: each position attends to itself and the window - 1 positions before it (Mistral's sliding_window); 0: every earlier position (at most model.context)"),
     model.flag<&M::tie_embeddings>("tie_embeddings", "the output head is the token embedding (gpt: always true); llama: false gives the head its own lm_head.weight"),
 
     parallel.key<&P::data>("data", closed(0, kMaxCount), "data-parallel ranks; 0: world size / (tensor * pipeline * spatial)"),
@@ -182,6 +183,7 @@ std::vector<KeySpec> build_schema() {
     parallel.key<&P::zero>("zero", closed(0, 3), "ZeRO stage over the data group: 0 off, 1 shards optimizer state, 2 also gradients, 3 also parameters"),
     parallel.choice<&P::zero_group>("zero_group", kZeroGroups, "zero >= 1: data shards over every rank holding the same parameters (data x spatial); node shards over those on each node and replicates across nodes (hybrid sharding: one reduce across nodes per shard)"),
     parallel.key<&P::spatial>("spatial", closed(1, kMaxCount), "ranks sharing each sample: unet, a block of each field's rows (halos exchanged before every convolution); gpt, llama, a block of each sequence's positions (context parallelism: the attention regroups by heads, all-to-all)"),
+    parallel.choice<&P::context_comm>("context_comm", kContextComms, "gpt, llama with parallel.spatial > 1: all_to_all regroups the attention by heads (Ulysses; spatial divides the heads per tensor rank); ring passes keys and values around the context ranks by point-to-point (ring attention, each rank a head and a tail chunk of every sequence; with model.window, a halo of window - 1 positions from the preceding ranks)"),
     parallel.flag<&P::halo_overlap>("halo_overlap", "parallel.spatial > 1: compute each convolution's interior rows while its halo is in flight (false: exchange, then compute)"),
     parallel.flag<&P::tensor_within_node>("tensor_within_node", "a tensor group whose ranks are on more than one host is an error (exit 2 before the model is built) instead of a warning"),
 

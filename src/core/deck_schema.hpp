@@ -103,6 +103,8 @@ inline constexpr Choice<ScheduleKind> kScheduleKinds[] = {{"constant", ScheduleK
 inline constexpr Choice<PipelineSchedule> kPipelineSchedules[] = {
     {"gpipe", PipelineSchedule::gpipe}, {"1f1b", PipelineSchedule::one_f_one_b}};
 inline constexpr Choice<ZeroGroup> kZeroGroups[] = {{"data", ZeroGroup::replica}, {"node", ZeroGroup::node}};
+inline constexpr Choice<ContextComm> kContextComms[] = {{"all_to_all", ContextComm::all_to_all},
+                                                      {"ring", ContextComm::ring}};
 inline constexpr Choice<AllreduceAlgorithm> kAllreduceAlgorithms[] = {
     {"mpi", AllreduceAlgorithm::mpi},
     {"ring", AllreduceAlgorithm::ring},
