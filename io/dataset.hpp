@@ -18,6 +18,9 @@ namespace tessera::io {
 /// (parallel.spatial). parts = 1: whole samples.
 struct RowBlock {
   int parts = 1, part = 0;
+  /// A token window's positions as two chunks of 2 parts: the part-th and the (2 parts - 1 -
+  /// part)-th (context_head_tail), not one block.
+  bool head_tail = false;
 };
 
 /// What a split holds, as validated when it was opened.

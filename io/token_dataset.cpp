@@ -161,7 +161,8 @@ TokenSplit::TokenSplit(MPI_Comm comm, const std::string& path, const std::string
     : impl_(std::make_unique<Impl>()) {
   if (context < 1)
     throw std::invalid_argument(fmt::format("TokenSplit: context {} must be at least 1", context));
-  if (block.parts < 1 || block.part < 0 || block.part >= block.parts || context % block.parts != 0)
+  if (block.parts < 1 || block.part < 0 || block.part >= block.parts ||
+      context % (block.head_tail ? 2 * block.parts : block.parts) != 0)
     throw std::invalid_argument(fmt::format("TokenSplit: block {} of {} of a context of {}", block.part, block.parts,
                                             context));
   Impl& s = *impl_;
@@ -227,21 +228,23 @@ void TokenSplit::read(std::span<const std::int64_t> indices, float* inputs, std:
   // Scatter to the caller's order: position j's input is token j of the window, its label token
   // j + 1.
   const std::uint8_t* raw = s.cached ? s.tokens.cache.data() : s.tokens.buffer.data();
-  // Under a block, positions [part T/parts, (part + 1) T/parts) of each window.
+  // Under a block, positions [part T/parts, (part + 1) T/parts) of each window; head and tail,
+  // the chunks part and 2 parts - 1 - part of c = T/(2 parts) positions each.
   const auto context = static_cast<std::size_t>(s.context);
   const auto width = static_cast<std::size_t>(s.info.label_width);
-  const std::size_t skip = width * static_cast<std::size_t>(s.info.block.part);
+  const RowBlock& block = s.info.block;
+  const std::size_t chunk = block.head_tail ? width / 2 : width;
+  const std::size_t head = chunk * static_cast<std::size_t>(block.part);
+  const std::size_t tail = block.head_tail ? chunk * static_cast<std::size_t>(2 * block.parts - 1 - block.part) : 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t first = (s.cached ? static_cast<std::size_t>(indices[i]) * context : s.start[i]) + skip;
+    const std::size_t first = s.cached ? static_cast<std::size_t>(indices[i]) * context : s.start[i];
     const auto token = [&](std::size_t j) { return s.load(raw, first + j); };  // checked above
     float* x = inputs + i * width;
     std::int32_t* y = labels + i * width;
-    std::int64_t current = token(0);
     for (std::size_t j = 0; j < width; ++j) {
-      const std::int64_t next = token(j + 1);
-      x[j] = static_cast<float>(current);
-      y[j] = static_cast<std::int32_t>(next);
-      current = next;
+      const std::size_t at = j < chunk ? head + j : tail + (j - chunk);
+      x[j] = static_cast<float>(token(at));
+      y[j] = static_cast<std::int32_t>(token(at + 1));
     }
   }
 }

@@ -13,22 +13,23 @@
 // caller sums x over the tensor group, one rank adding the positions).
 #include <stdexcept>
 
+#include "kernels/positions.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera::kernels {
 
 /// \brief x = wte[tokens - first] (0 where that row is not in wte) + wpe[position] (when
-/// add_positions; position0 + t under context parallelism, where the tokens are a block of the
-/// sequence). tokens (B,T), wte (V,C), wpe (maxT,C) with maxT >= position0 + T, x (B*T,C) (overwritten).
+/// add_positions; pos(t) under context parallelism, where the tokens are a block or two chunks of
+/// the sequence). tokens (B,T), wte (V,C), wpe (maxT,C) with maxT >= pos.end(T), x (B*T,C) (overwritten).
 /// Without add_positions wpe is not read (an empty view will do: a model without position
 /// embeddings).
 template <class TokView, class WteView, class WpeView, class XView>
 void embedding_forward(const ExecSpace& exec, const TokView& tokens, const WteView& wte,
                        const WpeView& wpe, const XView& x, Index first = 0,
-                       bool add_positions = true, Index position0 = 0) {
+                       bool add_positions = true, Positions pos = {}) {
   using T = typename XView::non_const_value_type;
   const Index seq = Index(tokens.extent(1));
-  if ((add_positions && (Index(wpe.extent(0)) < position0 + seq || x.extent(1) != wpe.extent(1))) ||
+  if ((add_positions && (Index(wpe.extent(0)) < pos.end(seq) || x.extent(1) != wpe.extent(1))) ||
       Index(x.extent(0)) != Index(tokens.extent(0)) * seq || x.extent(1) != wte.extent(1)) {
     throw std::invalid_argument(
         "tessera::embedding_forward: expected tokens (B,T), wte (V,C), wpe (>=T,C), x (B*T,C)");
@@ -41,7 +42,7 @@ void embedding_forward(const ExecSpace& exec, const TokView& tokens, const WteVi
         const Index b = row / seq, t = row % seq;
         const Index v = Index(tokens(b, t)) - first;
         const T e = v >= 0 && v < vocab ? T(wte(v, c)) : T(0);
-        x(row, c) = add_positions ? e + T(wpe(position0 + t, c)) : e;
+        x(row, c) = add_positions ? e + T(wpe(pos(t), c)) : e;
       });
 }
 
@@ -50,11 +51,11 @@ void embedding_forward(const ExecSpace& exec, const TokView& tokens, const WteVi
 /// (rows >= T untouched); an empty dwpe: a model without position embeddings (none summed).
 template <class TokView, class DxView, class DwteView, class DwpeView>
 void embedding_backward(const ExecSpace& exec, const TokView& tokens, const DxView& dx,
-                        const DwteView& dwte, const DwpeView& dwpe, Index first = 0, Index position0 = 0) {
+                        const DwteView& dwte, const DwpeView& dwpe, Index first = 0, Positions pos = {}) {
   using T = typename DwteView::non_const_value_type;
   const Index batch = Index(tokens.extent(0)), seq = Index(tokens.extent(1));
   const bool positions = dwpe.extent(0) > 0;
-  if ((positions && (Index(dwpe.extent(0)) < position0 + seq || dx.extent(1) != dwpe.extent(1))) ||
+  if ((positions && (Index(dwpe.extent(0)) < pos.end(seq) || dx.extent(1) != dwpe.extent(1))) ||
       Index(dx.extent(0)) != batch * seq || dx.extent(1) != dwte.extent(1)) {
     throw std::invalid_argument(
         "tessera::embedding_backward: expected tokens (B,T), dx (B*T,C), dwte (V,C), dwpe (>=T,C)");
@@ -68,7 +69,7 @@ void embedding_backward(const ExecSpace& exec, const TokView& tokens, const DxVi
       KOKKOS_LAMBDA(const Index t, const Index c) {
         T sum = T(0);
         for (Index b = 0; b < batch; ++b) sum += dx(b * seq + t, c);
-        dwpe(position0 + t, c) += sum;
+        dwpe(pos(t), c) += sum;
       });
   // Tokens: each vocabulary row scans every position for its token and adds the matching rows
   // of dx (in position order: deterministic).

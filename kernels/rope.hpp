@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/precision.hpp"
+#include "kernels/positions.hpp"
 #include "kernels/views.hpp"
 
 namespace tessera::kernels {
@@ -58,15 +59,15 @@ struct HeadBlocks {
 /// \brief The attention's operands from the projections: out(r, p, h, e) gets q rotated, k
 /// rotated and v, key/value heads repeated over their query heads. q (rows, H hd), k and v
 /// (rows, KV hd) (fp32 or bf16, read as their values); cos, sin (seq hd/2) from rope_tables;
-/// row r is position pos0 + r % seq (pos0: where a rank's block of the sequence starts under
-/// context parallelism). Comp is the arithmetic's type. One thread per row.
+/// row r is position pos(r % seq) (where a rank's rows of the sequence sit under context
+/// parallelism: kernels/positions.hpp). Comp is the arithmetic's type. One thread per row.
 template <class Comp, class QView, class KView, class VView, class TabView, class Out>
 void rope_expand(const ExecSpace& exec, const QView& q, const KView& k, const VView& v, const TabView& cos_t,
-                 const TabView& sin_t, Index heads, Index kv_heads, Index seq, const Out& out, Index pos0 = 0) {
+                 const TabView& sin_t, Index heads, Index kv_heads, Index seq, const Out& out, Positions pos = {}) {
   const Index rows = Index(q.extent(0)), hd = Index(q.extent(1)) / heads, h2 = hd / 2, group = heads / kv_heads;
   Kokkos::parallel_for(
       "tessera::rope_expand", range(exec, rows), KOKKOS_LAMBDA(const Index r) {
-        const Index t = pos0 + r % seq;
+        const Index t = pos(r % seq);
         for (Index h = 0; h < heads; ++h) {
           const Index g = h / group;
           for (Index i = 0; i < h2; ++i) {
@@ -89,11 +90,11 @@ void rope_expand(const ExecSpace& exec, const QView& q, const KView& k, const VV
 /// that sum. Shapes as rope_expand's. One thread per row.
 template <class Comp, class In, class TabView, class DqView, class DkView, class DvView>
 void rope_reduce(const ExecSpace& exec, const In& din, const TabView& cos_t, const TabView& sin_t, Index heads,
-                 Index kv_heads, Index seq, const DqView& dq, const DkView& dk, const DvView& dv, Index pos0 = 0) {
+                 Index kv_heads, Index seq, const DqView& dq, const DkView& dk, const DvView& dv, Positions pos = {}) {
   const Index rows = Index(dq.extent(0)), hd = Index(dq.extent(1)) / heads, h2 = hd / 2, group = heads / kv_heads;
   Kokkos::parallel_for(
       "tessera::rope_reduce", range(exec, rows), KOKKOS_LAMBDA(const Index r) {
-        const Index t = pos0 + r % seq;
+        const Index t = pos(r % seq);
         for (Index h = 0; h < heads; ++h)
           for (Index i = 0; i < h2; ++i) {
             const Comp c = Comp(cos_t(t * h2 + i)), s = Comp(sin_t(t * h2 + i));

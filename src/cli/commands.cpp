@@ -133,7 +133,7 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
     {
       const auto watch = comm.watch("dataset open", Group::data);
       split = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.test_split, cfg.model.context,
-                             cfg.data.cache, data_cache_limit(comm), io::RowBlock{comm.sp(), comm.rank(Group::spatial)});
+                             cfg.data.cache, data_cache_limit(comm), sample_block(cfg, comm));
     }
     io::Split& test = *split;
     ModelShape shape = model_shape(cfg, test.info());
@@ -144,7 +144,7 @@ int eval(const DeckArgs& args, const std::string& checkpoint) {
       shape.norm = choose_field_norm(cfg, comm, checkpoint, u.in_channels, u.out_channels, [&]() -> io::Split& {
         const auto watch = comm.watch("dataset open", Group::data);
         train = io::open_split(comm.handle(Group::data), cfg.data.path, cfg.data.train_split, cfg.model.context,
-                               false, data_cache_limit(comm), io::RowBlock{comm.sp(), comm.rank(Group::spatial)});
+                               false, data_cache_limit(comm), sample_block(cfg, comm));
         return *train;
       }, &norm_note);
     }

@@ -209,4 +209,12 @@ struct Config {
   bool operator==(const Config&) const = default;
 };
 
+/// True where a transformer's context ranks (parallel.spatial) each hold a head and a tail chunk
+/// of every sequence (rank s: chunks s and 2 spatial - 1 - s of 2 spatial; the ring's causal load
+/// balancing), false where each holds one block. The data's reader and the model both follow it.
+inline bool context_head_tail(const Config& cfg) {
+  return is_transformer(cfg.model.kind) && cfg.parallel.spatial > 1 &&
+         cfg.parallel.context_comm == ContextComm::ring && cfg.model.window == 0;
+}
+
 }  // namespace tessera

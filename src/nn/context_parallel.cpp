@@ -1,5 +1,5 @@
 // The transformers' attention under context parallelism (parallel.spatial = sp > 1), in the
-// all-to-all form (DeepSpeed Ulysses): each rank of a context group holds T/sp positions of every
+// all-to-all form (DeepSpeed Ulysses; the ring's is nn/context_ring.cpp): each rank of a context group holds T/sp positions of every
 // sequence for every activation. Around the attention, one all-to-all regroups q, k and v from
 // (all heads, the rank's positions) to (heads/sp of them, every position), the attention runs on
 // whole sequences as without context parallelism (causal, the same kernels), and a second
@@ -71,6 +71,10 @@ void Gpt<T>::regroup(const ExecSpace& exec, const T* from, T* to, int batch, int
 template <class T>
 void Gpt<T>::attend(const ExecSpace& exec, const MatrixU<const T>& qkv, const MatrixU<T>& y, const Acts& a,
                     int batch) const {
+  if (ring_) {
+    ring_attend(exec, qkv, y, a, batch);
+    return;
+  }
   const AttentionScores<T> att = batch_scores(a.att, batch);
   if (part_.sp == 1) {
     if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
@@ -90,6 +94,10 @@ void Gpt<T>::attend(const ExecSpace& exec, const MatrixU<const T>& qkv, const Ma
 template <class T>
 void Gpt<T>::attend_backward(const ExecSpace& exec, const Acts& a, const MatrixU<const T>& dy, const MatrixU<T>& dqkv,
                              int batch) const {
+  if (ring_) {
+    ring_attend_backward(exec, a, dy, dqkv, batch);
+    return;
+  }
   const AttentionScores<T> att = batch_scores(a.att, batch), ds = batch_scores(dscores_, batch);
   const std::size_t tokens = std::size_t(batch) * std::size_t(seq_);
   if (part_.sp == 1) {

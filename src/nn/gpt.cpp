@@ -87,17 +87,32 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
   heads_local_ = shape_.heads / tp;
   hd_ = C / shape_.heads;
   const int sp = part_.sp;
-  if (sp < 1 || part_.s < 0 || part_.s >= sp || shape_.context % sp != 0 || heads_local_ % sp != 0)
+  ring_ = sp > 1 && part_.ring;
+  const bool head_tail = part_.head_tail;
+  if (head_tail && !ring_)
+    throw std::invalid_argument("tessera::nn::Gpt: head and tail chunks without the ring");
+  if (sp < 1 || part_.s < 0 || part_.s >= sp || shape_.context % (head_tail ? 2 * sp : sp) != 0 ||
+      (!ring_ && heads_local_ % sp != 0))
     throw std::invalid_argument(fmt::format("tessera::nn::Gpt: context {} and {} heads per tensor rank over {} "
-                                            "context ranks", shape_.context, heads_local_, sp));
-  if (sp > 1 && (!part_.all_to_all || !part_.spatial_sum))
-    throw std::invalid_argument("tessera::nn::Gpt: context parallelism needs all_to_all and spatial_sum");
+                                            "context ranks ({})", shape_.context, heads_local_, sp,
+                                            ring_ ? "ring" : "all-to-all"));
+  if (sp > 1 && !part_.spatial_sum)
+    throw std::invalid_argument("tessera::nn::Gpt: context parallelism needs spatial_sum");
+  if (sp > 1 && (ring_ ? !part_.messages || !part_.wait : !part_.all_to_all))
+    throw std::invalid_argument("tessera::nn::Gpt: context parallelism needs its all_to_all or messages and wait");
   if (sp > 1 && fused_attention)
     throw InputError("parallel.spatial: context parallelism of a transformer is not built for a GPU build yet "
-                     "(its all-to-all runs on host memory); set parallel.spatial = 1");
+                     "(its all-to-all and ring run on host memory); set parallel.spatial = 1");
+  if (ring_ && shape_.window != 0)
+    throw InputError("model.window with parallel.context_comm = \"ring\" is not built yet");
   seq_ = shape_.context / sp;
-  pos0_ = part_.s * seq_;
-  att_heads_ = heads_local_ / sp;
+  if (head_tail) {
+    const int c = seq_ / 2;
+    pos_ = kernels::Positions(part_.s * c, c, (2 * sp - 1 - part_.s) * c);
+  } else {
+    pos_ = kernels::Positions(part_.s * seq_);
+  }
+  att_heads_ = ring_ ? heads_local_ : heads_local_ / sp;
   if (shape_.llama) {
     if (shape_.kv_heads < 1 || shape_.heads % shape_.kv_heads != 0 || shape_.kv_heads % tp != 0 ||
         shape_.ffn < 1 || shape_.ffn % tp != 0 || hd_ % 2 != 0)
@@ -239,11 +254,19 @@ typename Gpt<T>::Acts Gpt<T>::make_acts(const char* what) const {
 template <class T>
 template <class E>
 Kokkos::View<E****, Kokkos::LayoutRight, MemSpace> Gpt<T>::scores(const std::string& what) const {
-  const auto Tn = static_cast<std::size_t>(shape_.context);
+  const auto [score_rows, score_width] = scores_extents();
   return Kokkos::View<E****, Kokkos::LayoutRight, MemSpace>(
       Kokkos::view_alloc(mem::label(mem::Category::act, "tessera::nn::Gpt::" + what), Kokkos::WithoutInitializing),
-      static_cast<std::size_t>(this->max_batch()), static_cast<std::size_t>(att_heads_), Tn,
-      attention_scores_width(Tn));
+      static_cast<std::size_t>(this->max_batch()), static_cast<std::size_t>(att_heads_), score_rows, score_width);
+}
+
+template <class T>
+std::array<std::size_t, 2> Gpt<T>::scores_extents() const {
+  // The ring keeps each of its rows' log-sum-exp (nn/context_ring.cpp); otherwise every position
+  // of the sequence, and the probabilities (or the fused attention's statistics).
+  if (ring_) return {std::size_t(seq_), 1};
+  const auto Tn = static_cast<std::size_t>(shape_.context);
+  return {Tn, attention_scores_width(Tn)};
 }
 
 template <class T>
@@ -320,7 +343,13 @@ void Gpt<T>::add_slot() {
       }
     }
     dhf_ = alloc_matrix<T>("dhf", n, C);
-    if (part_.sp > 1) {
+    if (ring_) {  // nn/context_ring.cpp
+      const std::size_t kv = 2 * std::size_t(ring_kv_heads()) * std::size_t(hd_), heads = std::size_t(heads_local_);
+      ring_kv_ = alloc_matrix<T>("context: keys, values (ring)", 2 * n, kv);
+      ring_dkv_ = alloc_matrix<T>("context: their gradients (ring)", 2 * n, kv);
+      ring_s_ = alloc_matrix<T>("context: block scores (ring)", n * heads, Tn);
+      ring_ds_ = alloc_matrix<T>("context: block score gradients (ring)", n * heads, Tn);
+    } else if (part_.sp > 1) {
       cp_qkv_ = alloc_matrix<T>("context: qkv", n, 3 * Cl);
       cp_y_ = alloc_matrix<T>("context: y", n, Cl);
       cp_send_ = alloc_matrix<T>("context: send", n, 3 * Cl);
@@ -338,11 +367,16 @@ double Gpt<T>::activation_bytes(int max_batch, int slots) const {
   const double B = max_batch, Tn = seq_, n = B * Tn, C = shape_.width, Cl = C / part_.tp;
   const double f = sizeof(T), h = sizeof(std::uint16_t), p = bf16 ? h : f;
   const auto bytes = [](double elements, double size) { return mem::view_bytes(elements, size); };
-  // The scores: every position of the sequence, for the heads this rank's attention runs.
-  const double scores = B * att_heads_ * double(shape_.context) *
-                        double(attention_scores_width(std::size_t(shape_.context)));
-  // Context parallelism's working set: the local qkv, the gathered y, the all-to-all's buffers.
-  const double context = part_.sp > 1 ? 3 * bytes(n * 3 * Cl, f) + bytes(n * Cl, f) : 0.0;
+  // The scores, for the heads this rank's attention runs (scores_extents).
+  const auto [score_rows, score_width] = scores_extents();
+  const double scores = B * att_heads_ * double(score_rows) * double(score_width);
+  // Context parallelism's working set: all-to-all, the local qkv, the gathered y, the all-to-all's
+  // buffers; ring, two keys and values and two of their gradients, a block's scores and their
+  // gradients.
+  const double kv = 2.0 * ring_kv_heads() * hd_;
+  const double context = ring_             ? 2 * bytes(2 * n * kv, f) + 2 * bytes(n * heads_local_ * Tn, f)
+                         : part_.sp > 1 ? 3 * bytes(n * 3 * Cl, f) + bytes(n * Cl, f)
+                                        : 0.0;
   if (shape_.llama) {
     // As below, with the llama's widths: h (F/tp) and gate, up (2F/tp, in p) in place of the
     // GELU's 4C/tp pair, two row statistics per block (RMSNorm's rstd) and one for ln_f; the
@@ -389,6 +423,7 @@ void Gpt<T>::clear_slots() {
   work_ = Acts{};
   dh16_ = dy16_ = dqkv16_ = dln16_ = qkvc16_ = dgu16_ = Matrix<std::uint16_t>();
   dln_ = dqkv_ = dy_ = dh_ = qkvc_ = dgu_ = cp_qkv_ = cp_y_ = cp_send_ = cp_recv_ = Matrix<T>();
+  ring_kv_ = ring_dkv_ = ring_s_ = ring_ds_ = Matrix<T>();
   rope_cos_ = rope_sin_ = Vector<T>();
   dscores_ = {};
   dscores16_ = {};
@@ -455,7 +490,7 @@ void Gpt<T>::embed(const ExecSpace& exec, const MatrixU<const T>& tokens, const 
   }
   kernels::embedding_forward(exec, tokens, store_->value_matrix(wte_),
                              positions ? store_->value_matrix(wpe_) : MatrixU<T>(), x, vocab_first_,
-                             positions && part_.t == 0, pos0_);
+                             positions && part_.t == 0, pos_);
   tensor_sum(exec, x);  // one rank added the positions, each its vocabulary rows
   if (hooks_) {
     if (positions) hooks_->after_forward(wpe_unit_);
@@ -519,7 +554,7 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
     const MatrixU<T> qkv = r(a.qkv);
     // Under context parallelism the product goes to working memory and a.qkv gets the operands
     // regrouped by heads (attend).
-    const MatrixU<T> product = part_.sp > 1 ? r(cp_qkv_) : qkv;
+    const MatrixU<T> product = regrouped() ? r(cp_qkv_) : qkv;
     linear_forward(exec, b.qkv, ln1, product, part_.tensor_sum);
     attend(exec, product, y, a, batch);
     b.proj.forward(exec, y, x1, part_.tensor_sum, Linear<T>::Bias::caller);
@@ -669,7 +704,7 @@ void Gpt<T>::backward(const ExecSpace& exec, int slot) {
       hooks_->before_backward(wte_unit_);
     }
     kernels::embedding_backward(exec, rows(s.input, batch), MatrixU<const T>(dres), store_->grad_matrix(wte_),
-                                positions ? store_->grad_matrix(wpe_) : MatrixU<T>(), vocab_first_, pos0_);
+                                positions ? store_->grad_matrix(wpe_) : MatrixU<T>(), vocab_first_, pos_);
     if (hooks_) {
       if (positions) hooks_->after_backward(wpe_unit_);
       hooks_->after_backward(wte_unit_);

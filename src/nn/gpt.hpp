@@ -53,9 +53,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "kernels/attention.hpp"
+#include "kernels/positions.hpp"
 #include "nn/linear.hpp"
 #include "nn/network.hpp"
 #include "nn/param_store.hpp"
@@ -75,6 +77,17 @@ struct GptShape {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;  ///< llama: RMSNorm's epsilon
   bool tied = true;        ///< the head is wte (else lm_head.weight; llama only)
+  int window = 0;          ///< sliding-window attention over the last `window` positions; 0: causal
+};
+
+/// One point-to-point transfer of a context group (Gpt::Part::messages): n elements of data to
+/// (send) or from group rank `peer`.
+template <class T>
+struct ContextMessage {
+  T* data = nullptr;
+  std::size_t n = 0;
+  int peer = 0;
+  bool send = false;
 };
 
 template <class T>
@@ -94,6 +107,15 @@ class Gpt : public Network<T> {
     int sp = 1, s = 0;
     std::function<void(const T*, T*, std::size_t)> all_to_all;
     std::function<void(double*, std::size_t)> spatial_sum;
+    /// parallel.context_comm = "ring" (nn/context_ring.cpp): keys and values pass around the
+    /// group by point-to-point instead of the all-to-all; messages() starts nonblocking sends and
+    /// receives to and from ranks of the group, wait() completes every one started.
+    bool ring = false;
+    /// Under the ring without a window: this rank holds chunks s and 2 sp - 1 - s of 2 sp of
+    /// every sequence (causal load balancing; the deck's context_head_tail decides), else one block.
+    bool head_tail = false;
+    std::function<void(std::span<const ContextMessage<T>>)> messages;
+    std::function<void()> wait;
   };
 
   /// \brief Registers the part's parameters in `store` (before store.plan()).
@@ -236,6 +258,18 @@ class Gpt : public Network<T> {
   /// heads_local_ heads (q, k, v: 3; y: 1). to_heads: local (tokens, parts C/tp) -> gathered
   /// (batch T, parts C/(tp sp)); else back.
   void regroup(const ExecSpace& exec, const T* from, T* to, int batch, int parts, bool to_heads) const;
+  /// True where the attention regroups by heads (context parallelism by the all-to-all): the
+  /// projections' q, k, v go to cp_qkv_ and a.qkv holds the gathered operands.
+  bool regrouped() const { return part_.sp > 1 && !ring_; }
+  /// Key/value heads of this rank's attention: the llama's kv_heads / tp, the GPT's heads / tp.
+  int ring_kv_heads() const { return shape_.llama ? kv_local_ : heads_local_; }
+  /// The ring's attention (nn/context_ring.cpp), as attend and attend_backward.
+  void ring_attend(const ExecSpace& exec, const MatrixU<const T>& qkv, const MatrixU<T>& y, const Acts& a,
+                   int batch) const;
+  void ring_attend_backward(const ExecSpace& exec, const Acts& a, const MatrixU<const T>& dy,
+                            const MatrixU<T>& dqkv, int batch) const;
+  /// (rows, width) of the attention's score buffers: att and dscores.
+  std::array<std::size_t, 2> scores_extents() const;
   /// The final norm (LayerNorm, or llama's RMSNorm) of x into the slot's hf/hf16.
   void final_norm(const ExecSpace& exec, const MatrixU<const T>& x, const Slot& s, int tokens) const;
 
@@ -245,7 +279,9 @@ class Gpt : public Network<T> {
   int first_ = 0, end_ = 0;
   int heads_local_ = 0, vocab_local_ = 0, vocab_first_ = 0;
   int kv_local_ = 0, ffn_local_ = 0, hd_ = 0;  // llama: key/value heads, MLP width on this rank; head width
-  int seq_ = 0, pos0_ = 0, att_heads_ = 0;  // positions on this rank, the first of them; heads its attention runs
+  int seq_ = 0, att_heads_ = 0;  // positions on this rank; heads its attention runs
+  kernels::Positions pos_;       // where the rank's positions sit in the sequence
+  bool ring_ = false;            // context parallelism by the ring (nn/context_ring.cpp)
   Vector<T> rope_cos_, rope_sin_;              // llama: kernels::rope_tables
   ParamStore<T>* store_;
   std::vector<Block> blocks_;
@@ -273,6 +309,10 @@ class Gpt : public Network<T> {
   // Context parallelism: the local operands before regrouping (and the gathered dqkv), the
   // gathered y (and dy), and the all-to-all's send and receive buffers.
   Matrix<T> cp_qkv_, cp_y_, cp_send_, cp_recv_;
+  // The ring (nn/context_ring.cpp): two buffers (B T/sp rows each) of keys and values (the
+  // key/value heads only) and two of their gradients, one in use while the other is in flight;
+  // the scores of one step's blocks and their gradients (heads x B T/sp rows of T/sp).
+  Matrix<T> ring_kv_, ring_dkv_, ring_s_, ring_ds_;
 };
 
 extern template class Gpt<float>;

@@ -51,7 +51,7 @@ void Gpt<T>::llama_forward_as(const ExecSpace& exec, const Block& b, const Matri
   const int qw = heads_local_ * hd_, kw = kv_local_ * hd_, Fl = ffn_local_;
   const MatrixU<T> x1 = r(a.x1);
   const VectorU<T> rstd1 = first(a.rstd1, n), rstd2 = first(a.rstd2, n);
-  const Index Hl = heads_local_, KVl = kv_local_, seq = seq_, pos0 = pos0_;
+  const Index Hl = heads_local_, KVl = kv_local_, seq = seq_;
   if constexpr (std::is_same_v<A, std::uint16_t>) {
     // bf16 from each RMSNorm to the residual stream: the products store bf16 outputs, the
     // rotation reads them and writes the attention's bf16 head blocks.
@@ -62,7 +62,7 @@ void Gpt<T>::llama_forward_as(const ExecSpace& exec, const Block& b, const Matri
     b.k->forward_bf16(exec, Bf16Matrix(ln1), qkv[1]);
     b.v->forward_bf16(exec, Bf16Matrix(ln1), qkv[2]);
     kernels::rope_expand<float>(exec, qkv[0], qkv[1], qkv[2], rope_cos_, rope_sin_, Hl, KVl, seq,
-                                kernels::HeadBlocks{a.qkv16.data(), Hl, Index(hd_), seq}, pos0);
+                                kernels::HeadBlocks{a.qkv16.data(), Hl, Index(hd_), seq}, pos_);
     attention_forward_bf16(exec, a.qkv16.data(), y, batch_scores(a.att16, batch));
     const auto residual = [&](const Linear<T>& l, const MatrixU<std::uint16_t>& in, const MatrixU<const T>& res,
                               const MatrixU<T>& o) {
@@ -86,14 +86,14 @@ void Gpt<T>::llama_forward_as(const ExecSpace& exec, const Block& b, const Matri
     const MatrixU<T> ln1 = r(a.ln1), ln2 = r(a.ln2), h = r(a.h), y = r(a.y);
     // The attention's operands: a.qkv, or under context parallelism working memory that attend
     // regroups into a.qkv.
-    const MatrixU<T> qkv = part_.sp > 1 ? r(cp_qkv_) : r(a.qkv);
+    const MatrixU<T> qkv = regrouped() ? r(cp_qkv_) : r(a.qkv);
     kernels::rmsnorm_forward(exec, x, store_->value(b.ln1_w), ln1, rstd1, shape_.norm_eps);
     const auto c = parts(qkvc_.data(), tokens, {qw, kw, kw});
     b.qkv.forward(exec, MatrixU<const T>(ln1), c[0]);
     b.k->forward(exec, MatrixU<const T>(ln1), c[1]);
     b.v->forward(exec, MatrixU<const T>(ln1), c[2]);
     kernels::rope_expand<T>(exec, c[0], c[1], c[2], rope_cos_, rope_sin_, Hl, KVl, seq,
-                            kernels::FusedHeads<MatrixU<T>>{qkv, Hl, Index(hd_)}, pos0);
+                            kernels::FusedHeads<MatrixU<T>>{qkv, Hl, Index(hd_)}, pos_);
     attend(exec, qkv, y, a, batch);
     b.proj.forward(exec, MatrixU<const T>(y), x1, part_.tensor_sum, Linear<T>::Bias::caller);
     residual_add(exec, x, x1, x1);
@@ -118,7 +118,7 @@ void Gpt<T>::llama_backward_as(const ExecSpace& exec, const Block& b, const Matr
   const int qw = heads_local_ * hd_, kw = kv_local_ * hd_, Fl = ffn_local_;
   const MatrixU<T> d1 = r(d1_), dln = r(dln_);
   const VectorU<T> rstd1 = first(a.rstd1, n), rstd2 = first(a.rstd2, n);
-  const Index Hl = heads_local_, KVl = kv_local_, seq = seq_, pos0 = pos0_;
+  const Index Hl = heads_local_, KVl = kv_local_, seq = seq_;
   const auto shared_input = [&](const std::array<const Linear<T>*, 3>& layers, const auto& in, const auto& grads) {
     // The layers reading one normalised input: their input gradients summed into dln, then over
     // the tensor group once.
@@ -144,7 +144,7 @@ void Gpt<T>::llama_backward_as(const ExecSpace& exec, const Block& b, const Matr
                             batch_scores(dscores16_, batch));
     const auto dc = parts(qkvc16_.data(), tokens, {qw, kw, kw});
     kernels::rope_reduce<float>(exec, kernels::FusedHeads<MatrixU<std::uint16_t>>{dqkv, Hl, Index(hd_)}, rope_cos_,
-                                rope_sin_, Hl, KVl, seq, dc[0], dc[1], dc[2], pos0);
+                                rope_sin_, Hl, KVl, seq, dc[0], dc[1], dc[2], pos_);
     shared_input({&b.qkv, &*b.k, &*b.v}, Bf16Matrix(r(a.ln1_16)),
                  std::array<Bf16Matrix, 3>{Bf16Matrix(dc[0]), Bf16Matrix(dc[1]), Bf16Matrix(dc[2])});
     kernels::rmsnorm_backward(exec, x, store_->value(b.ln1_w), rstd1, dln, dres, store_->grad(b.ln1_w), d1);
@@ -161,7 +161,7 @@ void Gpt<T>::llama_backward_as(const ExecSpace& exec, const Block& b, const Matr
     attend_backward(exec, a, dy, dqkv, batch);
     const auto dc = parts(qkvc_.data(), tokens, {qw, kw, kw});
     kernels::rope_reduce<T>(exec, kernels::FusedHeads<MatrixU<T>>{dqkv, Hl, Index(hd_)}, rope_cos_, rope_sin_, Hl,
-                            KVl, seq, dc[0], dc[1], dc[2], pos0);
+                            KVl, seq, dc[0], dc[1], dc[2], pos_);
     shared_input({&b.qkv, &*b.k, &*b.v}, MatrixU<const T>(r(a.ln1)),
                  std::array<MatrixU<const T>, 3>{dc[0], dc[1], dc[2]});
     kernels::rmsnorm_backward(exec, x, store_->value(b.ln1_w), rstd1, dln, dres, store_->grad(b.ln1_w), d1);

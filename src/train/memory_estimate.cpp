@@ -48,6 +48,9 @@ double activation_bytes(const Config& cfg, const ModelShape& shape, int rows) {
       part.sp = cfg.parallel.spatial;
       part.all_to_all = [](const float*, float*, std::size_t) {};
       part.spatial_sum = [](double*, std::size_t) {};
+      part.ring = cfg.parallel.context_comm == ContextComm::ring;
+      part.messages = [](std::span<const nn::ContextMessage<float>>) {};
+      part.wait = [] {};
     }
     const int chunks = static_cast<int>(part.chunks.size());
     const int bound = slot_bound(pipeline_schedule(cfg.parallel.schedule, stages, stage, micro, chunks), chunks);

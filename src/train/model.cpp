@@ -268,6 +268,10 @@ std::unique_ptr<nn::Network<float>> make_network(nn::ParamStore<float>& store, c
     p.s = part.s;
     p.all_to_all = part.all_to_all;
     p.spatial_sum = part.spatial_sum;
+    p.ring = part.ring;
+    p.head_tail = part.ring && context_head_tail(cfg);  // where this part shares sequences
+    p.messages = part.messages;
+    p.wait = part.wait;
     p.recompute = cfg.train.recompute;
     p.precision = cfg.train.precision;
     return std::make_unique<nn::Gpt<float>>(store, gpt_shape(cfg, shape), std::move(p));

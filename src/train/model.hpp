@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,9 @@ struct ModelPart {
   int sp = 1, s = 0;
   std::function<void(const float*, float*, std::size_t)> all_to_all;
   std::function<void(double*, std::size_t)> spatial_sum;
+  bool ring = false;  ///< parallel.context_comm = "ring": messages and wait below (nn::Gpt::Part)
+  std::function<void(std::span<const nn::ContextMessage<float>>)> messages;
+  std::function<void()> wait;
 };
 
 /// \brief Layer boundaries of the model's pipeline chunks: chunk j holds layers [b[j], b[j+1]),

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
 
 #include "comm/agree.hpp"
 #include "core/deck.hpp"
@@ -33,8 +36,14 @@ namespace {
 constexpr bool host_accessible = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
 const char* run_files[] = {"summary.json", "metrics.csv", "log.txt"};
 const char* flight_dir = "flight";  // flight records (comm/flight_record.hpp)
+// The ring's messages within a context group (nn/context_ring.cpp; matched in posting order).
+constexpr int kContextTag = 1 << 21;
 
 }  // namespace
+
+io::RowBlock sample_block(const Config& cfg, const Communicator& comm) {
+  return io::RowBlock{comm.sp(), comm.rank(Group::spatial), context_head_tail(cfg)};
+}
 
 bool eval_enabled(const EvalConfig& e) { return e.every_epoch || e.every_steps > 0 || e.at_end; }
 
@@ -154,6 +163,19 @@ ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelSha
       comm.all_to_all(send, recv, per_rank, Group::spatial);
     };
     part.spatial_sum = [&comm](double* x, std::size_t n) { comm.allreduce_sum(x, n, Group::spatial); };
+    if (cfg.parallel.context_comm == ContextComm::ring) {  // nn/context_ring.cpp
+      part.ring = true;
+      auto pending = std::make_shared<std::vector<PendingOp>>();
+      part.messages = [&comm, pending](std::span<const nn::ContextMessage<float>> messages) {
+        for (const auto& m : messages)
+          pending->push_back(m.send ? comm.isend(m.data, m.n, m.peer, kContextTag, Group::spatial)
+                                    : comm.irecv(m.data, m.n, m.peer, kContextTag, Group::spatial));
+      };
+      part.wait = [pending] {
+        for (auto& op : *pending) op.wait();
+        pending->clear();
+      };
+    }
   }
   part.halo_overlap = cfg.parallel.halo_overlap;
   return part;
@@ -221,7 +243,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
   // of every sample's rows.
   const MPI_Comm data_comm = comm_.handle(Group::data);
   const std::uint64_t cache_limit = data_cache_limit(comm_);
-  const io::RowBlock block{comm_.sp(), comm_.rank(Group::spatial)};
+  const io::RowBlock block = sample_block(cfg_, comm_);
   {
     const auto watch = comm_.watch("dataset open", Group::data);
     train_ = io::open_split(data_comm, cfg_.data.path, cfg_.data.train_split, cfg_.model.context,

@@ -43,6 +43,10 @@ struct EvalResult {
 ModelShape model_shape(const Config& cfg, const io::SplitInfo& info);
 
 /// \brief True where the deck evaluates on the test split (every epoch, every N steps or at the end).
+/// \brief What of each sample this rank reads under parallel.spatial: its block of rows, or of a
+/// sequence's positions (two chunks where context_head_tail).
+io::RowBlock sample_block(const Config& cfg, const Communicator& comm);
+
 bool eval_enabled(const EvalConfig& e);
 
 /// \brief The most bytes a rank may cache of a split (data.cache): half its share of the node's

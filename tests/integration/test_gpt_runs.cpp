@@ -227,27 +227,37 @@ TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
   };
   const std::string ref_llama = fresh_dir("cp_llama_ref");
   ASSERT_EQ(tessera(1, llama_args(ref_llama)).exit_code, 0);
+  // Both forms: the all-to-all (the default) and the ring (head and tail chunks), each alone at
+  // C = 2 and 4 and with tensor, pipeline (recompute, micro-batches) and data (ZeRO 3).
+  const std::string ring = " --set parallel.context_comm=ring";
   const std::vector<Case> cases = {
       {2, false, "--set parallel.spatial=2", "gpt_c2"},
       {4, false, "--set parallel.spatial=4", "gpt_c4"},
+      {2, false, "--set parallel.spatial=2" + ring, "gpt_c2_ring"},
+      {4, false, "--set parallel.spatial=4" + ring, "gpt_c4_ring"},
       {4, true, layout(1, 2, 1) + " --set parallel.spatial=2", "llama_t2c2"},
+      {4, true, layout(1, 2, 1) + " --set parallel.spatial=2" + ring, "llama_t2c2_ring"},
       {4, true, layout(1, 1, 2) + " --set parallel.spatial=2 --set train.recompute=true --set parallel.micro_batches=2",
        "llama_p2c2_recompute"},
+      {4, true,
+       layout(1, 1, 2) + " --set parallel.spatial=2 --set train.recompute=true --set parallel.micro_batches=2" + ring,
+       "llama_p2c2_recompute_ring"},
       {4, true, layout(2, 1, 1) + " --set parallel.spatial=2 --set parallel.zero=3", "llama_d2c2_zero3"},
+      {4, true, layout(2, 1, 1) + " --set parallel.spatial=2 --set parallel.zero=3" + ring, "llama_d2c2_zero3_ring"},
   };
-  std::string gpt_c2;
+  std::string gpt_c4_ring;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string dir = fresh_dir("cp_" + c.name), ref = c.llama ? ref_llama : reference();
-    if (c.name == "gpt_c2") gpt_c2 = dir;
+    if (c.name == "gpt_c4_ring") gpt_c4_ring = dir;
     const RunResult r = tessera(c.ranks, c.llama ? llama_args(dir, c.args) : gpt_args(dir, c.args));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     ASSERT_EQ(train_losses(dir).size(), 30u);
     expect_same_run(dir, ref);
   }
-  // Step 15's checkpoint of the C = 2 gpt, resumed on one rank.
+  // Step 15's checkpoint of the C = 4 ring gpt, resumed on one rank.
   const std::string resumed = fresh_dir("cp_resume");
-  const RunResult r = tessera(1, gpt_args(resumed, "--resume " + gpt_c2 + "/checkpoints/step_00000015.h5"));
+  const RunResult r = tessera(1, gpt_args(resumed, "--resume " + gpt_c4_ring + "/checkpoints/step_00000015.h5"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto ref = train_losses(reference()), tail = train_losses(resumed);
   ASSERT_EQ(tail.size(), 15u);
@@ -296,6 +306,7 @@ TEST(Llama, CheckEstimatesTheMeasuredActivations) {
                           {2, layout(1, 1, 2) + " --set parallel.micro_batches=2"},
                           {2, layout(1, 2, 1)},
                           {2, "--set parallel.spatial=2"},
+                          {2, "--set parallel.spatial=2 --set parallel.context_comm=ring"},
                           {1, "--set train.recompute=true"}});
 }
 

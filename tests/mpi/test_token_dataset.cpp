@@ -154,6 +154,32 @@ TEST_F(TokenDataset, WindowCountAtTheEdges) {
   }
 }
 
+// Context parallelism's blocks of each window (io::RowBlock): one block of T/parts positions, or
+// (head_tail, the ring's load balancing) chunks part and 2 parts - 1 - part of T/(2 parts); each
+// position's input and label are the window's, streamed and cached.
+TEST_F(TokenDataset, BlocksAndHeadTailChunksOfEachWindow) {
+  const std::string path = token_file<std::uint8_t>("blocks.h5", 256);
+  constexpr std::int64_t context = 16;
+  for (bool head_tail : {false, true})
+    for (bool cache : {false, true})
+      for (int part = 0; part < 4; ++part) {
+        io::TokenSplit split(MPI_COMM_WORLD, path, "train", context, cache, io::kNoCacheLimit,
+                             io::RowBlock{4, part, head_tail});
+        ASSERT_EQ(split.info().label_width, 4);
+        const std::vector<std::int64_t> idx{3, 0, 5};
+        std::vector<float> x(idx.size() * 4);
+        std::vector<std::int32_t> y(idx.size() * 4);
+        split.read(idx, x.data(), y.data(), nullptr);
+        for (std::size_t i = 0; i < idx.size(); ++i)
+          for (std::int64_t j = 0; j < 4; ++j) {
+            const std::int64_t at = !head_tail ? part * 4 + j : j < 2 ? part * 2 + j : (7 - part) * 2 + (j - 2);
+            EXPECT_EQ(x[i * 4 + std::size_t(j)], static_cast<float>(token_of(idx[i] * context + at, 256)))
+                << "part " << part << " head_tail " << head_tail << " position " << at;
+            EXPECT_EQ(y[i * 4 + std::size_t(j)], token_of(idx[i] * context + at + 1, 256));
+          }
+      }
+}
+
 // Every rank reads every window at once (the whole split in one union of hyperslabs), then one
 // rank reads alone while the others read nothing.
 TEST_F(TokenDataset, WholeSplitAndLoneReaders) {

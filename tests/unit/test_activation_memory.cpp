@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "blas/cblas_gemm.hpp"
@@ -94,6 +95,14 @@ TEST(ActivationMemory, GptCountsEveryBufferItsSlotsAllocate) {
         context.all_to_all = [](const float*, float*, std::size_t) {};
         context.spatial_sum = [](double*, std::size_t) {};
         expect_counted<nn::Gpt<float>>("context rank 1 of 2, " + at, shape, context);
+        Part ring = context;  // the ring's buffers in place of the all-to-all's
+        ring.all_to_all = nullptr;
+        ring.ring = ring.head_tail = true;
+        ring.messages = [](std::span<const nn::ContextMessage<float>>) {};
+        ring.wait = [] {};
+        nn::GptShape chunks = shape;  // two chunks per rank: 2C divides the context
+        chunks.context = 8;
+        expect_counted<nn::Gpt<float>>("ring context rank 1 of 2, " + at, chunks, ring);
       }
     });
 }

@@ -459,7 +459,7 @@ TEST(Layout, LlamaSplitsThatCannotWorkAreRefused) {
   expect_input_error([&] { tessera::resolve_layout(tanh, 1); }, {"model.gelu_approximate"});
 }
 
-TEST(Layout, ContextParallelismNeedsWhatItsAllToAllNeeds) {
+TEST(Layout, ContextParallelismNeedsWhatItsFormNeeds) {
   const auto deck = [](const std::string& name, const std::string& more) {
     return load_deck(write_deck(name, "[model]\nkind = \"gpt\"\nheads = 4\nwidth = 32\ncontext = 24\n" + more), {});
   };
@@ -475,6 +475,15 @@ TEST(Layout, ContextParallelismNeedsWhatItsAllToAllNeeds) {
   expect_input_error([&] { tessera::resolve_layout(bf16, 2); }, {"train.precision", "parallel.spatial = 2"});
   Config mlp = load_deck(write_deck("cp_mlp.toml", "[parallel]\nspatial = 2\n"), {});
   expect_input_error([&] { tessera::resolve_layout(mlp, 2); }, {"parallel.spatial", "model.kind = \"mlp\""});
+  // The ring needs no heads per rank, but a head and a tail chunk per rank: 2C divides the context.
+  Config ring = deck("cp_ring.toml", "[parallel]\nspatial = 4\ntensor = 2\ncontext_comm = \"ring\"\n");
+  EXPECT_NO_THROW(tessera::resolve_layout(ring, 8));
+  Config chunks = deck("cp_ring_ctx.toml", "[parallel]\nspatial = 8\ncontext_comm = \"ring\"\n");
+  expect_input_error([&] { tessera::resolve_layout(chunks, 8); },
+                     {"parallel.spatial", "in 16 equal chunks", "a head and a tail chunk per rank", "divisible by 16"});
+  Config ring_mlp = load_deck(write_deck("cp_ring_mlp.toml", "[parallel]\ncontext_comm = \"ring\"\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(ring_mlp, 1); },
+                     {"parallel.context_comm", "model.kind = \"mlp\" has none"});
 }
 
 TEST(Layout, VirtualStagesNeedWhatTheInterleavedScheduleNeeds) {
