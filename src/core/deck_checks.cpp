@@ -177,8 +177,6 @@ void resolve_layout(Config& cfg, int world_size) {
                                               to_string(cfg.model.kind)));
   // Until their kernels land (this session's work in progress): refused, not ignored.
   if (cfg.model.window != 0) fail("model.window", "sliding-window attention is not built yet; remove it");
-  if (cfg.model.window != 0 && cfg.parallel.context_comm == ContextComm::ring && p.spatial > 1)
-    fail("model.window", "with parallel.context_comm = \"ring\" is not built yet (its halo); use \"all_to_all\"");
   if (!llama) {  // the Llama family's keys, refused where they would change nothing
     const ModelConfig defaults;
     const auto refuse = [&](std::string_view key, const std::string& value, const std::string& fix) {

@@ -89,8 +89,9 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
   const int sp = part_.sp;
   ring_ = sp > 1 && part_.ring;
   const bool head_tail = part_.head_tail;
-  if (head_tail && !ring_)
-    throw std::invalid_argument("tessera::nn::Gpt: head and tail chunks without the ring");
+  if (head_tail != (ring_ && shape_.window == 0))
+    throw std::invalid_argument("tessera::nn::Gpt: the ring takes head and tail chunks without a window, one block "
+                                "with one (Part::head_tail)");
   if (sp < 1 || part_.s < 0 || part_.s >= sp || shape_.context % (head_tail ? 2 * sp : sp) != 0 ||
       (!ring_ && heads_local_ % sp != 0))
     throw std::invalid_argument(fmt::format("tessera::nn::Gpt: context {} and {} heads per tensor rank over {} "
@@ -103,8 +104,6 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
   if (sp > 1 && fused_attention)
     throw InputError("parallel.spatial: context parallelism of a transformer is not built for a GPU build yet "
                      "(its all-to-all and ring run on host memory); set parallel.spatial = 1");
-  if (ring_ && shape_.window != 0)
-    throw InputError("model.window with parallel.context_comm = \"ring\" is not built yet");
   seq_ = shape_.context / sp;
   if (head_tail) {
     const int c = seq_ / 2;
@@ -345,8 +344,9 @@ void Gpt<T>::add_slot() {
     dhf_ = alloc_matrix<T>("dhf", n, C);
     if (ring_) {  // nn/context_ring.cpp
       const std::size_t kv = 2 * std::size_t(ring_kv_heads()) * std::size_t(hd_), heads = std::size_t(heads_local_);
-      ring_kv_ = alloc_matrix<T>("context: keys, values (ring)", 2 * n, kv);
-      ring_dkv_ = alloc_matrix<T>("context: their gradients (ring)", 2 * n, kv);
+      const std::size_t blocks = ring_kv_rows(this->max_batch());
+      ring_kv_ = alloc_matrix<T>("context: keys, values (ring)", blocks, kv);
+      ring_dkv_ = alloc_matrix<T>("context: their gradients (ring)", blocks, kv);
       ring_s_ = alloc_matrix<T>("context: block scores (ring)", n * heads, Tn);
       ring_ds_ = alloc_matrix<T>("context: block score gradients (ring)", n * heads, Tn);
     } else if (part_.sp > 1) {
@@ -374,7 +374,8 @@ double Gpt<T>::activation_bytes(int max_batch, int slots) const {
   // buffers; ring, two keys and values and two of their gradients, a block's scores and their
   // gradients.
   const double kv = 2.0 * ring_kv_heads() * hd_;
-  const double context = ring_             ? 2 * bytes(2 * n * kv, f) + 2 * bytes(n * heads_local_ * Tn, f)
+  const double context = ring_             ? 2 * bytes(double(ring_kv_rows(max_batch)) * kv, f) +
+                                                 2 * bytes(n * heads_local_ * Tn, f)
                          : part_.sp > 1 ? 3 * bytes(n * 3 * Cl, f) + bytes(n * Cl, f)
                                         : 0.0;
   if (shape_.llama) {

@@ -263,11 +263,27 @@ class Gpt : public Network<T> {
   bool regrouped() const { return part_.sp > 1 && !ring_; }
   /// Key/value heads of this rank's attention: the llama's kv_heads / tp, the GPT's heads / tp.
   int ring_kv_heads() const { return shape_.llama ? kv_local_ : heads_local_; }
+  /// Rows of ring_kv_ and ring_dkv_: the ring's two blocks, or the own block, the halo received
+  /// and the tails staged for the following ranks.
+  std::size_t ring_kv_rows(int batch) const {
+    return std::size_t(batch) * std::size_t(part_.head_tail ? 2 * seq_ : seq_ + 2 * halo_positions());
+  }
   /// The ring's attention (nn/context_ring.cpp), as attend and attend_backward.
   void ring_attend(const ExecSpace& exec, const MatrixU<const T>& qkv, const MatrixU<T>& y, const Acts& a,
                    int batch) const;
   void ring_attend_backward(const ExecSpace& exec, const Acts& a, const MatrixU<const T>& dy,
                             const MatrixU<T>& dqkv, int batch) const;
+  /// Under the ring with a window: positions of the halo from rank s - d (d >= 1; 0 past the
+  /// window or the first rank), and their sum over d (the same on every rank).
+  int halo_from(int d) const;
+  int halo_positions() const;
+  /// Starts the halo's messages (wait() completes them): the keys and values of the preceding
+  /// ranks' tails in, this rank's tail out; gradients: the halo's gradients out to their owners,
+  /// those of this rank's tail in.
+  void halo_exchange(const ExecSpace& exec, int batch, bool gradients) const;
+  /// f(pass, keys and values, their gradients) for each piece of the halo this rank reads.
+  template <class F>
+  void halo_passes(int batch, F&& f) const;
   /// (rows, width) of the attention's score buffers: att and dscores.
   std::array<std::size_t, 2> scores_extents() const;
   /// The final norm (LayerNorm, or llama's RMSNorm) of x into the slot's hf/hf16.

@@ -26,11 +26,12 @@ using tessera::test::expect_gradient;
 using tessera::test::Flat;
 
 /// The ring's wiring for a Gpt<double> on MPI_COMM_WORLD.
-nn::Gpt<double>::Part ring_part(std::vector<MPI_Request>& pending) {
+nn::Gpt<double>::Part ring_part(std::vector<MPI_Request>& pending, bool head_tail) {
   nn::Gpt<double>::Part part;
   part.sp = tessera::test::world_size();
   part.s = tessera::test::world_rank();
-  part.ring = part.head_tail = part.sp > 1;  // one rank: the whole sequence
+  part.ring = part.sp > 1;  // one rank: the whole sequence
+  part.head_tail = part.ring && head_tail;
   part.spatial_sum = [](double* x, std::size_t n) {
     MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   };
@@ -62,18 +63,23 @@ void scale_weights(nn::ParamStore<double>& s, const ExecSpace& exec) {
   s.zero_grads(exec);
 }
 
+/// The ring (head and tail chunks) where shape.window is 0, else the window's halo (one block per
+/// rank), against the whole model.
 void expect_ring_equals_whole(const nn::GptShape& shape) {
+  const bool head_tail = shape.window == 0;
   const int C = tessera::test::world_size(), r = tessera::test::world_rank();
   const int T = shape.context, n = T / C, c = n / 2, batch = 2;
   const ExecSpace exec;
   std::vector<MPI_Request> pending;
   nn::ParamStore<double> whole_store, ring_store;
   nn::Gpt<double> whole(whole_store, shape);
-  nn::Gpt<double> ring(ring_store, shape, ring_part(pending));
+  nn::Gpt<double> ring(ring_store, shape, ring_part(pending, head_tail));
   scale_weights(whole_store, exec);
   scale_weights(ring_store, exec);
-  // Position of local row t: chunks r and 2C - 1 - r.
-  const auto position = [&](int t) { return t < c ? r * c + t : (2 * C - 1 - r) * c + (t - c); };
+  // Position of local row t: chunks r and 2C - 1 - r, or block r.
+  const auto position = [&](int t) {
+    return !head_tail ? r * n + t : t < c ? r * c + t : (2 * C - 1 - r) * c + (t - c);
+  };
   std::vector<double> tokens, mine;
   std::vector<std::int32_t> labels, my_labels;
   for (int b = 0; b < batch; ++b) {
@@ -139,6 +145,14 @@ void expect_ring_equals_whole(const nn::GptShape& shape) {
 TEST(ContextRing, GptEqualsTheWholeModel) {
   // vocab 8, context 8 (chunks of 1 on 4 ranks, 2 on 2), width 8, 2 heads, 2 blocks.
   expect_ring_equals_whole(nn::GptShape{8, 8, 8, 2, 2});
+}
+
+// A window as long as the context is causal attention, through the halo: every preceding rank's
+// whole block (multi-hop: up to 3 ranks back on 4).
+TEST(ContextRing, WholeContextHaloEqualsTheWholeModel) {
+  nn::GptShape s{8, 8, 8, 2, 2};
+  s.window = 8;
+  expect_ring_equals_whole(s);
 }
 
 TEST(ContextRing, LlamaWithSharedKeyValueHeadsEqualsTheWholeModel) {
