@@ -230,10 +230,6 @@ void resolve_layout(Config& cfg, int world_size) {
                                            "divide the {} heads of each tensor rank (model.heads = {} / "
                                            "parallel.tensor = {}), or set parallel.context_comm = \"ring\"",
                                            p.spatial, m.heads / p.tensor, m.heads, p.tensor));
-    if (cfg.train.precision == Precision::bf16)
-      fail("train.precision", fmt::format("\"bf16\" with parallel.spatial = {}: a transformer's context "
-                                          "parallelism keeps its activations in fp32 for now (its bf16 attention is "
-                                          "not regrouped); use \"fp32\" or \"fp16\"", p.spatial));
   }
   if ((cfg.model.kind == ModelKind::cnn || unet) && cfg.model.kernel % 2 == 0)
     fail("model.kernel", fmt::format("{} is even; a {} kernel is odd (zero padding kernel/2 keeps the size)",

@@ -274,10 +274,7 @@ void Gpt<T>::add_slot() {
   const auto Tn = static_cast<std::size_t>(seq_), C = static_cast<std::size_t>(shape_.width);
   const std::size_t n = B * Tn;
   const std::size_t nb = blocks_.size();
-  if (slots_.empty()) bf16_acts_ = bf16_activations<T>(part_.precision);
-  if (bf16_acts_ && part_.sp > 1)
-    throw InputError("train.precision = \"bf16\": context parallelism (parallel.spatial > 1) of a transformer keeps "
-                     "its activations in fp32; its bf16 attention is not regrouped yet (use fp32 or fp16)");
+  if (slots_.empty()) bf16_acts_ = keeps_bf16_activations();
   Slot& s = slots_.emplace_back();
   s.input = alloc_matrix<T>("input", B, static_cast<std::size_t>(input_width()));
   s.x.push_back(first_stage() ? alloc_matrix<T>("x0", n, C) : Matrix<T>(s.input.data(), n, C));
@@ -363,7 +360,7 @@ template <class T>
 double Gpt<T>::activation_bytes(int max_batch, int slots) const {
   // What add_slot() and make_acts() allocate, buffer by buffer (bf16 as add_slot() decides it
   // with the first slot): bytes of n x w elements of T, or of the bf16-or-T type p.
-  const bool bf16 = bf16_activations<T>(part_.precision);
+  const bool bf16 = keeps_bf16_activations();
   const double B = max_batch, Tn = seq_, n = B * Tn, C = shape_.width, Cl = C / part_.tp;
   const double f = sizeof(T), h = sizeof(std::uint16_t), p = bf16 ? h : f;
   const auto bytes = [](double elements, double size) { return mem::view_bytes(elements, size); };
@@ -441,6 +438,14 @@ const Matrix<T>& Gpt<T>::fp32_logits(const Matrix<T>& m) const {
     throw std::logic_error("tessera::nn::Gpt: the last stage keeps its logits and their gradient in bf16 "
                            "(train.precision = bf16 on a bf16 GEMM); next_token_logits reads them");
   return m;
+}
+
+template <class T>
+bool Gpt<T>::keeps_bf16_activations() const {
+  // Context parallelism's attention (the all-to-all's regroup, the ring's blocks) reads fp32
+  // operands: under bf16 its products still take bf16 operands (rounded as they read them),
+  // while the activations stay fp32.
+  return bf16_activations<T>(part_.precision) && part_.sp == 1;
 }
 
 template <class T>

@@ -230,6 +230,9 @@ class Gpt : public Network<T> {
   /// True where the slots hold bf16 activations; throws where the products no longer take them
   /// (the host's bf16 GEMM changed after the slots were made).
   bool bf16_acts() const;
+  /// What add_slot() decides with the first slot: bf16 activations where the products take bf16
+  /// operands, except under context parallelism.
+  bool keeps_bf16_activations() const;
   /// The fp32 logits or their gradient of a slot (output(), grad_output() on the last stage);
   /// std::logic_error where they are kept in bf16.
   const Matrix<T>& fp32_logits(const Matrix<T>& m) const;

@@ -215,10 +215,12 @@ TEST(Llama, EveryLayoutTrainsTheSameModel) {
 }
 
 // Context parallelism (parallel.spatial = C: each rank holds T/C positions of every sequence;
-// the attention regroups by heads through all-to-alls, nn/context_parallel.cpp): the gpt at C = 2
-// and 4, the llama at C = 2 with tensor 2, with pipeline 2 and recomputation and micro-batches,
-// and with data 2 and ZeRO 3: the one-rank losses within 1e-5 and its parameters. A checkpoint
-// written at C = 2 resumes on one rank to the one-rank run.
+// the attention regroups by heads through all-to-alls, nn/context_parallel.cpp, or passes keys
+// and values around a ring, nn/context_ring.cpp): the gpt at C = 2 and 4, the llama at C = 2 with
+// tensor 2, with pipeline 2 and recomputation and micro-batches, and with data 2 and ZeRO 3: the
+// one-rank losses within 1e-5 and its parameters; under bf16 (fp32 activations, bf16 products)
+// within 1e-3 of fp32. A checkpoint written by the ring at C = 4 resumes on one rank to the
+// one-rank run.
 TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
   struct Case {
     int ranks;
@@ -255,6 +257,13 @@ TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
     ASSERT_EQ(train_losses(dir).size(), 30u);
     expect_same_run(dir, ref);
   }
+  const std::string bf16 = fresh_dir("cp_llama_bf16");
+  const RunResult b = tessera(2, llama_args(bf16, "--set parallel.spatial=2 --set train.precision=bf16" + ring));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const double diff = max_relative_difference(train_losses(ref_llama), train_losses(bf16));
+  std::printf("llama bf16, ring C = 2: largest relative loss difference from fp32 %.3g\n", diff);
+  EXPECT_LE(diff, 1e-3);
+  EXPECT_GT(diff, 0.0);
   // Step 15's checkpoint of the C = 4 ring gpt, resumed on one rank.
   const std::string resumed = fresh_dir("cp_resume");
   const RunResult r = tessera(1, gpt_args(resumed, "--resume " + gpt_c4_ring + "/checkpoints/step_00000015.h5"));
