@@ -25,7 +25,8 @@
 // m + log l (B, heads, T/C, 1), all backward needs besides q, k, v and y. Backward recomputes each
 // pass's probabilities P = exp(S - lse) and, with D = rowsum(dy * y), dS = P (dy V^T - D): dQ +=
 // scale dS K stays, dV += P^T dy and dK += scale dS^T Q accumulate in gradient buffers that go
-// with their keys and values: around the ring (home after C hops) or back to the halo's owners.
+// with their keys and values: around the ring (home after C hops, each but the last behind the next
+// step's products) or back to the halo's owners.
 //
 // Bytes each rank sends per block and micro-batch, with E = B 2 h_kv hd elements per position
 // (keys and values of the key/value heads): ring, forward (C-1) (T/C) E, backward (2C-1) (T/C) E;
@@ -163,7 +164,7 @@ void forward_pass(const ExecSpace& exec, Precision p, const Pass& g, const T* qk
         const Tile& qt = tile_of(g, i);
         const Index qp = qt.pos0 + i - qt.row0;
         T* srow = S + row * n;
-        T mx = first ? -std::numeric_limits<T>::infinity() : m[row];
+        T mx = first ? -Kokkos::Experimental::infinity<T>::value : m[row];
         const T m_old = mx;
         for (int k = 0; k < g.nk; ++k) {
           Index lo = 0, hi = 0;
@@ -188,7 +189,7 @@ void forward_pass(const ExecSpace& exec, Precision p, const Pass& g, const T* qk
         if (first) {
           for (Index e = 0; e < hd; ++e) yr[e] = T(0);
           l[row] = sum;
-        } else if (mx != -std::numeric_limits<T>::infinity()) {
+        } else if (mx != -Kokkos::Experimental::infinity<T>::value) {
           const T alpha = math::vexp(m_old - mx);
           for (Index e = 0; e < hd; ++e) yr[e] *= alpha;
           l[row] = l[row] * alpha + sum;
@@ -260,6 +261,61 @@ void backward_pass(const ExecSpace& exec, Precision p, const Pass& g, const T* q
     blas::matmul(exec, p, blas::Op::T, blas::Op::N, cols, int(hd), rows, scale, dS + at, int(n), q, int(qc), T(1),
                  dk, int(kc));
   });
+}
+
+/// y /= l per row and head, m += log l (the log-sum-exp).
+template <class T>
+void normalise(const ExecSpace& exec, Index batch, Index n, Index H, Index hd, T* y, Index ldy, T* m, const T* l) {
+  Kokkos::parallel_for(
+      "tessera::nn::ring_normalise", range(exec, batch * H * n), KOKKOS_LAMBDA(const Index row) {
+        const Index i = row % n, bh = row / n, h = bh % H, b = bh / H;
+        T* yr = y + (b * n + i) * ldy + h * hd;
+        const T inv = T(1) / l[row];
+        for (Index e = 0; e < hd; ++e) yr[e] *= inv;
+        m[row] += math::log(l[row]);
+      });
+}
+
+/// D = rowsum(dy * y) per row and head.
+template <class T>
+void row_dots(const ExecSpace& exec, Index batch, Index n, Index H, Index hd, const T* y, Index ldo, const T* dy,
+              Index ldy, T* D) {
+  Kokkos::parallel_for(
+      "tessera::nn::ring_backward_dot", range(exec, batch * H * n), KOKKOS_LAMBDA(const Index row) {
+        const Index i = row % n, bh = row / n, h = bh % H, b = bh / H;
+        const T* o = y + (b * n + i) * ldo + h * hd;
+        const T* d = dy + (b * n + i) * ldy + h * hd;
+        T sum = T(0);
+        for (Index e = 0; e < hd; ++e) sum += o[e] * d[e];
+        D[row] = sum;
+      });
+}
+
+/// out = L (first) or in + L.
+template <class T>
+void add_blocks(const ExecSpace& exec, Index n, bool first, const T* in, const T* L, T* out) {
+  Kokkos::parallel_for(
+      "tessera::nn::ring_gradient_sum", range(exec, n),
+      KOKKOS_LAMBDA(const Index e) { out[e] = first ? L[e] : in[e] + L[e]; });
+}
+
+/// The rank's own keys' and values' gradients (a block) into the k and v parts of dqkv: the first
+/// query head of each group (the caller sums each group's heads: rope_reduce), the others zero.
+template <class T>
+void unpack(const ExecSpace& exec, const Pass& g, const T* home, T* dqkv) {
+  const Index H = g.heads, G = g.kv_heads, rep = H / G, hd = g.hd, qc = g.q_cols(), kc = g.kv_cols(),
+              width = H * hd;
+  Kokkos::parallel_for(
+      "tessera::nn::ring_unpack", range(exec, g.batch * g.n), KOKKOS_LAMBDA(const Index row) {
+        for (Index h = 0; h < H; ++h) {
+          const bool lead = h % rep == 0;
+          const Index kg = h / rep;
+          for (Index e = 0; e < hd; ++e) {
+            dqkv[row * qc + width + h * hd + e] = lead ? home[row * kc + kg * hd + e] : T(0);
+            dqkv[row * qc + 2 * width + h * hd + e] = lead ? home[row * kc + (G + kg) * hd + e] : T(0);
+          }
+        }
+      });
 }
 
 }  // namespace
@@ -345,16 +401,7 @@ void Gpt<T>::ring_attend(const ExecSpace& exec, const MatrixU<const T>& qkv, con
       forward_pass(exec, p, g, qkv.data(), kv, S, m, l, y.data(), ldy, false);
     });
   }
-  const Index n = seq_, hd = hd_, H = heads_local_;
-  T* yd = y.data();
-  Kokkos::parallel_for(
-      "tessera::nn::ring_normalise", range(exec, Index(batch) * H * n), KOKKOS_LAMBDA(const Index row) {
-        const Index i = row % n, bh = row / n, h = bh % H, b = bh / H;
-        T* yr = yd + (b * n + i) * ldy + h * hd;
-        const T inv = T(1) / l[row];
-        for (Index e = 0; e < hd; ++e) yr[e] *= inv;
-        m[row] += math::log(l[row]);
-      });
+  normalise(exec, Index(batch), Index(seq_), Index(heads_local_), Index(hd_), y.data(), ldy, m, l);
 }
 
 template <class T>
@@ -409,8 +456,8 @@ void Gpt<T>::ring_attend_backward(const ExecSpace& exec, const Acts& a, const Ma
                                   const MatrixU<T>& dqkv, int batch) const {
   const int sp = part_.sp, s = part_.s;
   const Pass own = own_pass(batch, seq_, heads_local_, ring_kv_heads(), hd_, shape_.window, part_.head_tail, pos_);
-  const Index n = seq_, hd = hd_, H = heads_local_, G = own.kv_heads, rep = H / G, qc = own.q_cols(),
-              kc = own.kv_cols(), ldy = Index(dy.stride_0()), width = H * hd;
+  const Index n = seq_, hd = hd_, H = heads_local_, qc = own.q_cols(),
+              kc = own.kv_cols(), ldy = Index(dy.stride_0());
   const std::size_t tokens = std::size_t(batch) * std::size_t(n);
   const std::size_t block = tokens * std::size_t(kc);
   const T* qkv = a.qkv.data();
@@ -424,49 +471,48 @@ void Gpt<T>::ring_attend_backward(const ExecSpace& exec, const Acts& a, const Ma
   T* dq = dqkv.data();
   const Precision p = part_.precision;
   // D = rowsum(dy * y) per row and head.
-  Kokkos::parallel_for(
-      "tessera::nn::ring_backward_dot", range(exec, Index(batch) * H * n), KOKKOS_LAMBDA(const Index row) {
-        const Index i = row % n, bh = row / n, h = bh % H, b = bh / H;
-        const T* o = yv + (b * n + i) * ldo + h * hd;
-        const T* d = dyd + (b * n + i) * ldy + h * hd;
-        T sum = T(0);
-        for (Index e = 0; e < hd; ++e) sum += o[e] * d[e];
-        D[row] = sum;
-      });
+  row_dots(exec, Index(batch), n, H, hd, yv, ldo, dyd, ldy, D);
   zero(exec, dq, tokens * std::size_t(qc));
   pack(exec, own, qkv, ring_kv_.data());
   const T* home = ring_dkv_.data();  // where this rank's own keys' and values' gradients end
   if (part_.head_tail) {  // the ring: the gradients travel with their block and come home
+    // Each step's contribution L accumulates alone while the sum so far of the same block comes
+    // in from the previous rank; out = in + L leaves with the next step's keys and values, so
+    // every hop but the last (home) runs behind a step's products.
     T* kv[2] = {ring_kv_.data(), ring_kv_.data() + block};
-    T* dkv[2] = {ring_dkv_.data(), ring_dkv_.data() + block};
-    zero(exec, dkv[0], block);
+    T* L = ring_dkv_.data();
+    T* in = L + block;
+    T* out = in + block;
     for (int step = 0; step < sp; ++step) {
       T* cur = kv[step % 2];
-      T* dcur = dkv[step % 2];
       const bool more = step + 1 < sp;
       exec.fence();
-      if (more) {  // the next keys and values in flight during the products
-        const std::array<ContextMessage<T>, 2> msgs{
-            ContextMessage<T>{cur, block, (s + 1) % sp, true},
-            ContextMessage<T>{kv[(step + 1) % 2], block, (s + sp - 1) % sp, false}};
-        part_.messages(msgs);
+      std::vector<ContextMessage<T>> msgs;
+      if (more) {  // the next keys and values
+        msgs.push_back(ContextMessage<T>{cur, block, (s + 1) % sp, true});
+        msgs.push_back(ContextMessage<T>{kv[(step + 1) % 2], block, (s + sp - 1) % sp, false});
       }
+      if (step > 0) {  // the last step's block's gradients on, this one's so far in
+        msgs.push_back(ContextMessage<T>{out, block, (s + 1) % sp, true});
+        msgs.push_back(ContextMessage<T>{in, block, (s + sp - 1) % sp, false});
+      }
+      part_.messages(msgs);
       Pass g = own;
       const int src = (s - step + sp) % sp;
       const Index c = seq_ / 2;
       g.k[0].pos0 = Index(src) * c;
       g.k[1].pos0 = Index(2 * sp - 1 - src) * c;
-      backward_pass(exec, p, g, qkv, cur, dcur, S, dS, lse, D, dyd, ldy, dq);
-      if (more) part_.wait();
-      // The block's gradients go on with it (after the last step: home).
-      exec.fence();
-      const std::array<ContextMessage<T>, 2> back{
-          ContextMessage<T>{dcur, block, (s + 1) % sp, true},
-          ContextMessage<T>{dkv[(step + 1) % 2], block, (s + sp - 1) % sp, false}};
-      part_.messages(back);
+      zero(exec, L, block);
+      backward_pass(exec, p, g, qkv, cur, L, S, dS, lse, D, dyd, ldy, dq);
       part_.wait();
+      add_blocks(exec, Index(block), step == 0, in, L, out);
     }
-    home = dkv[sp % 2];
+    exec.fence();
+    const std::array<ContextMessage<T>, 2> last{ContextMessage<T>{out, block, (s + 1) % sp, true},
+                                                ContextMessage<T>{in, block, (s + sp - 1) % sp, false}};
+    part_.messages(last);
+    part_.wait();
+    home = in;
   } else {  // the window's halo, received again; its gradients back to their owners
     const std::size_t halo = std::size_t(batch) * std::size_t(halo_positions()) * std::size_t(kc);
     zero(exec, ring_dkv_.data(), block + halo);
@@ -488,17 +534,7 @@ void Gpt<T>::ring_attend_backward(const ExecSpace& exec, const Acts& a, const Ma
   }
   // This rank's own keys' and values' gradients, into the first query head of each group (the
   // caller sums each group's heads: rope_reduce), the others' zero.
-  Kokkos::parallel_for(
-      "tessera::nn::ring_unpack", range(exec, Index(tokens)), KOKKOS_LAMBDA(const Index row) {
-        for (Index h = 0; h < H; ++h) {
-          const bool lead = h % rep == 0;
-          const Index kg = h / rep;
-          for (Index e = 0; e < hd; ++e) {
-            dq[row * qc + width + h * hd + e] = lead ? home[row * kc + kg * hd + e] : T(0);
-            dq[row * qc + 2 * width + h * hd + e] = lead ? home[row * kc + (G + kg) * hd + e] : T(0);
-          }
-        }
-      });
+  unpack(exec, own, home, dq);
 }
 
 #define TESSERA_CONTEXT_RING(T)                                                                                     \

@@ -343,7 +343,7 @@ void Gpt<T>::add_slot() {
       const std::size_t kv = 2 * std::size_t(ring_kv_heads()) * std::size_t(hd_), heads = std::size_t(heads_local_);
       const std::size_t blocks = ring_kv_rows(this->max_batch());
       ring_kv_ = alloc_matrix<T>("context: keys, values (ring)", blocks, kv);
-      ring_dkv_ = alloc_matrix<T>("context: their gradients (ring)", blocks, kv);
+      ring_dkv_ = alloc_matrix<T>("context: their gradients (ring)", ring_dkv_rows(this->max_batch()), kv);
       ring_s_ = alloc_matrix<T>("context: block scores (ring)", n * heads, Tn);
       ring_ds_ = alloc_matrix<T>("context: block score gradients (ring)", n * heads, Tn);
     } else if (part_.sp > 1) {
@@ -368,10 +368,11 @@ double Gpt<T>::activation_bytes(int max_batch, int slots) const {
   const auto [score_rows, score_width] = scores_extents();
   const double scores = B * att_heads_ * double(score_rows) * double(score_width);
   // Context parallelism's working set: all-to-all, the local qkv, the gathered y, the all-to-all's
-  // buffers; ring, two keys and values and two of their gradients, a block's scores and their
-  // gradients.
+  // buffers; ring, the keys' and values' buffers and their gradients' (ring_kv_rows, ring_dkv_rows),
+  // a block's scores and their gradients.
   const double kv = 2.0 * ring_kv_heads() * hd_;
-  const double context = ring_             ? 2 * bytes(double(ring_kv_rows(max_batch)) * kv, f) +
+  const double context = ring_             ? bytes(double(ring_kv_rows(max_batch)) * kv, f) +
+                                                 bytes(double(ring_dkv_rows(max_batch)) * kv, f) +
                                                  2 * bytes(n * heads_local_ * Tn, f)
                          : part_.sp > 1 ? 3 * bytes(n * 3 * Cl, f) + bytes(n * Cl, f)
                                         : 0.0;

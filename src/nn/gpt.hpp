@@ -271,6 +271,11 @@ class Gpt : public Network<T> {
   std::size_t ring_kv_rows(int batch) const {
     return std::size_t(batch) * std::size_t(part_.head_tail ? 2 * seq_ : seq_ + 2 * halo_positions());
   }
+  /// Rows of ring_dkv_: the ring's step contribution, the sum coming in and the sum going on, or
+  /// as ring_kv_ for the halo.
+  std::size_t ring_dkv_rows(int batch) const {
+    return part_.head_tail ? std::size_t(batch) * std::size_t(3 * seq_) : ring_kv_rows(batch);
+  }
   /// The ring's attention (nn/context_ring.cpp), as attend and attend_backward.
   void ring_attend(const ExecSpace& exec, const MatrixU<const T>& qkv, const MatrixU<T>& y, const Acts& a,
                    int batch) const;
@@ -329,7 +334,7 @@ class Gpt : public Network<T> {
   // gathered y (and dy), and the all-to-all's send and receive buffers.
   Matrix<T> cp_qkv_, cp_y_, cp_send_, cp_recv_;
   // The ring (nn/context_ring.cpp): two buffers (B T/sp rows each) of keys and values (the
-  // key/value heads only) and two of their gradients, one in use while the other is in flight;
+  // key/value heads only), one in use while the other is in flight, and three of their gradients;
   // the scores of one step's blocks and their gradients (heads x B T/sp rows of T/sp).
   Matrix<T> ring_kv_, ring_dkv_, ring_s_, ring_ds_;
 };
