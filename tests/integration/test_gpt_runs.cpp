@@ -14,62 +14,12 @@
 #include <vector>
 
 #include "io/metrics_file.hpp"
-#include "run_helpers.hpp"
+#include "gpt_runs_util.hpp"
 
 namespace tessera::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-const std::string& corpus() {
-  static const std::string path = [] {
-    const std::string dir = fresh_dir("corpus");
-    const std::string src = TESSERA_SOURCE_DIR;
-    const std::string out = dir + "/docs.h5";
-    const RunResult r = tessera(1, fmt::format("prepare text --out {} {}/README.md {}/docs/design.md "
-                                               "{}/docs/deck.md {}/docs/performance.md",
-                                               out, src, src, src, src));
-    if (r.exit_code != 0) ADD_FAILURE() << r.output;
-    return out;
-  }();
-  return path;
-}
-
-std::string gpt_args(const std::string& out, const std::string& extra = "") {
-  return fmt::format("train {}/tests/integration/gpt_test.toml --set data.path={} --set run.output_dir={} {}",
-                     TESSERA_SOURCE_DIR, corpus(), out, extra);
-}
-
-std::string layout(int dp, int tp, int pp) {
-  return fmt::format("--set parallel.data={} --set parallel.tensor={} --set parallel.pipeline={}", dp, tp, pp);
-}
-
-const std::string& reference() {
-  static const std::string dir = [] {
-    const std::string d = fresh_dir("gpt_ref");
-    const RunResult r = tessera(1, gpt_args(d));
-    if (r.exit_code != 0) ADD_FAILURE() << r.output;
-    return d;
-  }();
-  return dir;
-}
-
-// The run in dir against the one-rank run `ref` (the gpt's reference() unless given).
-void expect_same_run(const std::string& dir, const std::string& ref_dir = reference()) {
-  const auto ref = train_losses(ref_dir);
-  ASSERT_EQ(ref.size(), 30u);
-  EXPECT_LE(max_relative_difference(ref, train_losses(dir)), 1e-5);
-  ASSERT_EQ(eval_losses(dir).size(), 3u);
-  EXPECT_LE(max_relative_difference(eval_losses(ref_dir), eval_losses(dir)), 1e-5);
-  const std::string ckpt = "/checkpoints/step_00000030.h5";
-  // AdamW moves an element whose gradient is near zero by about +-lr whatever its size, so the
-  // reassociation of a sum can flip such a step: parameters agree to 5e-3 of each tensor's
-  // largest element while the losses agree to 1e-5 (docs/models.md). Measured: up to 1.25e-3 (blocks.1.attn.proj
-  // at tensor 2, OpenBLAS's own Zen 4 kernels; below 1e-3 with OPENBLAS_CORETYPE=Haswell), so 5e-3: a wrong
-  // layout moves parameters by their own size.
-  const RunResult d = tessera(1, "diff " + ref_dir + ckpt + " " + dir + ckpt + " --model-only --tolerance 5e-3");
-  EXPECT_EQ(d.exit_code, 0) << d.output;
-}
 
 TEST(Gpt, EveryLayoutZeroStageAndRecomputationTrainsTheSameModel) {
   struct Case {
@@ -171,12 +121,6 @@ TEST(Gpt, RecomputationLowersActivationMemoryAndKeepsTheLosses) {
 // key/value heads, SwiGLU, an untied head) on the GPT's corpus: every layout, ZeRO stage,
 // schedule and recomputation gives the one-rank losses within 1e-5 and its parameters within
 // the GPT's tolerance; bf16 tracks fp32 within 1e-3.
-std::string llama_args(const std::string& out, const std::string& extra = "") {
-  return gpt_args(out, "--set model.kind=llama --set model.layers=4 --set model.width=32 --set model.kv_heads=2 "
-                       "--set model.ffn_width=48 --set model.rope_theta=500 --set model.norm_eps=1e-6 "
-                       "--set model.tie_embeddings=false " + extra);
-}
-
 TEST(Llama, EveryLayoutTrainsTheSameModel) {
   const std::string ref = fresh_dir("llama_ref");
   {
@@ -212,66 +156,6 @@ TEST(Llama, EveryLayoutTrainsTheSameModel) {
   std::printf("llama bf16: largest relative loss difference from fp32 %.3g\n", diff);
   EXPECT_LE(diff, 1e-3);
   EXPECT_GT(diff, 0.0);
-}
-
-// Context parallelism (parallel.spatial = C: each rank holds T/C positions of every sequence;
-// the attention regroups by heads through all-to-alls, nn/context_parallel.cpp, or passes keys
-// and values around a ring, nn/context_ring.cpp): the gpt at C = 2 and 4, the llama at C = 2 with
-// tensor 2, with pipeline 2 and recomputation and micro-batches, and with data 2 and ZeRO 3: the
-// one-rank losses within 1e-5 and its parameters; under bf16 (fp32 activations, bf16 products)
-// within 1e-3 of fp32. A checkpoint written by the ring at C = 4 resumes on one rank to the
-// one-rank run.
-TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
-  struct Case {
-    int ranks;
-    bool llama;
-    std::string args, name;
-  };
-  const std::string ref_llama = fresh_dir("cp_llama_ref");
-  ASSERT_EQ(tessera(1, llama_args(ref_llama)).exit_code, 0);
-  // Both forms: the all-to-all (the default) and the ring (head and tail chunks), each alone at
-  // C = 2 and 4 and with tensor, pipeline (recompute, micro-batches) and data (ZeRO 3).
-  const std::string ring = " --set parallel.context_comm=ring";
-  const std::vector<Case> cases = {
-      {2, false, "--set parallel.spatial=2", "gpt_c2"},
-      {4, false, "--set parallel.spatial=4", "gpt_c4"},
-      {2, false, "--set parallel.spatial=2" + ring, "gpt_c2_ring"},
-      {4, false, "--set parallel.spatial=4" + ring, "gpt_c4_ring"},
-      {4, true, layout(1, 2, 1) + " --set parallel.spatial=2", "llama_t2c2"},
-      {4, true, layout(1, 2, 1) + " --set parallel.spatial=2" + ring, "llama_t2c2_ring"},
-      {4, true, layout(1, 1, 2) + " --set parallel.spatial=2 --set train.recompute=true --set parallel.micro_batches=2",
-       "llama_p2c2_recompute"},
-      {4, true,
-       layout(1, 1, 2) + " --set parallel.spatial=2 --set train.recompute=true --set parallel.micro_batches=2" + ring,
-       "llama_p2c2_recompute_ring"},
-      {4, true, layout(2, 1, 1) + " --set parallel.spatial=2 --set parallel.zero=3", "llama_d2c2_zero3"},
-      {4, true, layout(2, 1, 1) + " --set parallel.spatial=2 --set parallel.zero=3" + ring, "llama_d2c2_zero3_ring"},
-  };
-  std::string gpt_c4_ring;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    const std::string dir = fresh_dir("cp_" + c.name), ref = c.llama ? ref_llama : reference();
-    if (c.name == "gpt_c4_ring") gpt_c4_ring = dir;
-    const RunResult r = tessera(c.ranks, c.llama ? llama_args(dir, c.args) : gpt_args(dir, c.args));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    ASSERT_EQ(train_losses(dir).size(), 30u);
-    expect_same_run(dir, ref);
-  }
-  const std::string bf16 = fresh_dir("cp_llama_bf16");
-  const RunResult b = tessera(2, llama_args(bf16, "--set parallel.spatial=2 --set train.precision=bf16" + ring));
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  const double diff = max_relative_difference(train_losses(ref_llama), train_losses(bf16));
-  std::printf("llama bf16, ring C = 2: largest relative loss difference from fp32 %.3g\n", diff);
-  EXPECT_LE(diff, 1e-3);
-  EXPECT_GT(diff, 0.0);
-  // Step 15's checkpoint of the C = 4 ring gpt, resumed on one rank.
-  const std::string resumed = fresh_dir("cp_resume");
-  const RunResult r = tessera(1, gpt_args(resumed, "--resume " + gpt_c4_ring + "/checkpoints/step_00000015.h5"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto ref = train_losses(reference()), tail = train_losses(resumed);
-  ASSERT_EQ(tail.size(), 15u);
-  EXPECT_EQ(tail.begin()->first, 16);
-  EXPECT_LE(max_relative_difference(std::map<std::int64_t, double>(ref.find(16), ref.end()), tail), 1e-5);
 }
 
 // `tessera check`'s estimate (what run.memory_limit_mb refuses a run by before it starts) against
