@@ -161,6 +161,10 @@ std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room)
   if (acts && cfg.model.kind == ModelKind::unet)
     return "split each sample's fields over more ranks (parallel.spatial), or lower train.global_batch, eval.batch "
            "or model.channels";
+  if (acts && is_transformer(cfg.model.kind))
+    return "split each sequence over more ranks (parallel.spatial; parallel.context_comm = \"ring\" keeps no "
+           "T x T scores), or lower train.global_batch, eval.batch or the model's widths, or add "
+           "parallel.micro_batches";
   return acts ? "lower train.global_batch, eval.batch or the model's widths, or add parallel.micro_batches or ranks"
               : "lower the model's widths, or shard it (parallel.tensor, parallel.pipeline, parallel.zero)";
 }

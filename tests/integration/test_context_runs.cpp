@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,36 @@ TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
   ASSERT_EQ(tail.size(), 15u);
   EXPECT_EQ(tail.begin()->first, 16);
   EXPECT_LE(max_relative_difference(std::map<std::int64_t, double>(ref.find(16), ref.end()), tail), 1e-5);
+}
+
+// A context one rank cannot hold under run.memory_limit_mb trains on two ring ranks: the one-rank
+// run is refused before it starts (one line naming parallel.spatial), the ring's measured
+// activation peak per rank is under the limit and under a third of the one-rank estimate (its
+// T x T scores gone, the rest halved).
+TEST(Context, ALongContextOneRankCannotHoldTrainsOnTwoRingRanks) {
+  const std::string llama = "--set model.kind=llama --set model.layers=2 --set model.width=64 --set model.heads=4 "
+                            "--set model.kv_heads=2 --set model.ffn_width=128 --set model.context=1024 "
+                            "--set train.global_batch=2 --set train.steps=2 --set eval.every_steps=0 "
+                            "--set eval.at_end=false --set checkpoint.every_steps=0 --set checkpoint.at_end=false "
+                            "--set run.memory_limit_mb=60";
+  const RunResult one = tessera_alone(gpt_args(fresh_dir("long_one"), llama));
+  ASSERT_EQ(one.exit_code, 2) << one.output;
+  EXPECT_NE(one.output.find("run.memory_limit_mb = 60"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("parallel.spatial"), std::string::npos) << one.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(one.output, m, std::regex(R"(needs about ([0-9.]+) MB)"))) << one.output;
+  const double one_rank = std::stod(m[1].str()) * 1e6;
+  const std::string dir = fresh_dir("long_ring");
+  const RunResult ring = tessera(2, gpt_args(dir, llama + " --set parallel.spatial=2 --set parallel.context_comm=ring"));
+  ASSERT_EQ(ring.exit_code, 0) << ring.output;
+  EXPECT_EQ(train_losses(dir).size(), 2u);
+  const std::string summary = read_file(dir + "/summary.json");
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex(R"("act_peak_bytes": ([0-9.e+]+))"))) << summary;
+  const double peak = std::stod(m[1].str());
+  std::printf("context 1024: one rank needs %.1f MB, each of 2 ring ranks peaked at %.1f MB of activations\n",
+              one_rank / 1e6, peak / 1e6);
+  EXPECT_LT(peak, 60e6);
+  EXPECT_LT(peak, one_rank / 3);
 }
 
 }  // namespace
