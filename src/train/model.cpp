@@ -335,6 +335,7 @@ Model::Model(const Config& cfg, const ModelShape& shape, int max_batch, const Pa
              ModelPart part)
     : shape_(shape), max_batch_(max_batch), store_(std::make_unique<nn::ParamStore<float>>()) {
   halo_ = part.halo;
+  context_ = part.context;
   std::vector<std::pair<std::size_t, std::size_t>> params;  // per chunk: its parameters [first, end)
   for (std::size_t c = 0; c < part.chunks.size(); ++c) {
     // A chunk's backwards run apart from the others': each completes its own buckets.

@@ -20,6 +20,7 @@
 #include "nn/network.hpp"
 #include "nn/param_store.hpp"
 #include "nn/unet.hpp"
+#include "train/context_link.hpp"
 
 namespace tessera {
 
@@ -62,6 +63,7 @@ struct ModelPart {
   std::function<void(const float*, float*, std::size_t)> all_to_all;
   std::function<void(double*, std::size_t)> spatial_sum;
   bool ring = false;  ///< parallel.context_comm = "ring": messages and wait below (nn::Gpt::Part)
+  std::shared_ptr<ContextLink> context;  ///< behind messages and wait, with their stats
   std::function<void(std::span<const nn::ContextMessage<float>>)> messages;
   std::function<void()> wait;
 };
@@ -159,6 +161,8 @@ class Model {
   nn::Network<float>& network(int c = 0) { return net(c); }
   /// The halo exchange of a model split over spatial ranks; null otherwise.
   const nn::Halo<float>* halo() const { return halo_.get(); }
+  /// The point-to-point link of a transformer's ring or window halo; null otherwise.
+  const ContextLink* context() const { return context_.get(); }
   const nn::ParamStore<float>& params() const { return *store_; }
   const ModelShape& shape() const { return shape_; }
   int max_batch() const { return max_batch_; }
@@ -175,6 +179,7 @@ class Model {
   std::vector<std::unique_ptr<nn::Network<float>>> nets_;  // per chunk
   std::vector<std::pair<std::size_t, std::size_t>> units_;  // per chunk: its store units [first, end)
   std::shared_ptr<nn::Halo<float>> halo_;
+  std::shared_ptr<ContextLink> context_;
   nn::LayerHooks* hooks_ = nullptr;
   int live_ = 0, peak_ = 0;
 };

@@ -15,16 +15,17 @@ void RunReport::begin_loop(std::int64_t step) {
   loop_start_ = StepTimer::now();
 }
 
-RunReport::StepMark RunReport::begin_step(const Communicator& comm, const nn::Halo<float>* halo) const {
+RunReport::StepMark RunReport::begin_step(const Communicator& comm,
+                                          const std::optional<nn::HaloStats>& neighbours) const {
   StepMark mark;
   mark.start = StepTimer::now();
-  if (halo != nullptr) mark.halo = halo->stats();
+  if (neighbours) mark.halo = *neighbours;
   mark.comm = comm.counters();
   return mark;
 }
 
-void RunReport::end_step(const StepMark& mark, const Communicator& comm, const nn::Halo<float>* halo,
-                         std::int64_t samples) {
+void RunReport::end_step(const StepMark& mark, const Communicator& comm,
+                         const std::optional<nn::HaloStats>& neighbours, std::int64_t samples) {
   const CommCounters after = comm.counters();
   for (std::size_t g = 0; g < after.groups.size(); ++g) {
     comm_bytes_[g][0] += static_cast<double>(after.groups[g].total() - mark.comm.groups[g].total());
@@ -32,8 +33,8 @@ void RunReport::end_step(const StepMark& mark, const Communicator& comm, const n
   }
   ++comm_steps_;
   const double dt = StepTimer::now() - mark.start;
-  if (halo != nullptr) {
-    halo_ += halo->stats() - mark.halo;
+  if (neighbours) {
+    halo_ += *neighbours - mark.halo;
     ++halo_steps_;
   }
   step_seconds_ += dt;
@@ -75,16 +76,19 @@ RunReport::Interval RunReport::take_interval(std::int64_t step, std::int64_t tot
 
 double RunReport::wall_seconds() const { return StepTimer::now() - run_start_; }
 
-void RunReport::add_to_summary(nlohmann::json& j, const Config& cfg, const Communicator& comm, bool has_halo,
-                               std::int64_t tokens_per_sample) const {
-  if (has_halo && halo_steps_ > 0) {
-    // Per training step of this run (evaluation's forwards excluded), this rank's view.
+void RunReport::add_to_summary(nlohmann::json& j, const Config& cfg, const Communicator& comm,
+                               const char* neighbours, std::int64_t tokens_per_sample) const {
+  if (neighbours != nullptr && halo_steps_ > 0) {
+    // Per training step of this run (evaluation's forwards excluded), this rank's view. A ring's
+    // exchanges are its messages sent.
     const auto per_step = [&](double v) { return v / static_cast<double>(halo_steps_); };
-    j["halo"] = {{"exchanges_per_step", per_step(static_cast<double>(halo_.exchanges))},
-                 {"bytes_per_step", per_step(static_cast<double>(halo_.bytes_sent))},
-                 {"wait_s_per_step", per_step(halo_.wait_seconds)},
-                 {"overlap", cfg.parallel.halo_overlap},
-                 {"rank", comm.rank()}};
+    nlohmann::json& n = j[neighbours];
+    n = {{"exchanges_per_step", per_step(static_cast<double>(halo_.exchanges))},
+         {"bytes_per_step", per_step(static_cast<double>(halo_.bytes_sent))},
+         {"wait_s_per_step", per_step(halo_.wait_seconds)},
+         {"rank", comm.rank()}};
+    if (std::string(neighbours) == "halo") n["overlap"] = cfg.parallel.halo_overlap;
+    else n["form"] = cfg.model.window > 0 ? "window halo" : "ring";
   }
   {
     // The bytes every rank handed to each group's communication per training step of this run

@@ -6,6 +6,7 @@
 // summary's fields (add_to_summary); the pipeline executor and the model add to its timer.
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -37,9 +38,11 @@ class RunReport {
     CommCounters comm;
   };
   /// \brief Before a training step: the clock and the counters.
-  StepMark begin_step(const Communicator& comm, const nn::Halo<float>* halo) const;
-  /// \brief After it: its seconds, samples, bytes and halo exchanges counted.
-  void end_step(const StepMark& mark, const Communicator& comm, const nn::Halo<float>* halo, std::int64_t samples);
+  /// `neighbours`: the stats of the model's point-to-point exchange (a U-Net's halo, a ring), if any.
+  StepMark begin_step(const Communicator& comm, const std::optional<nn::HaloStats>& neighbours) const;
+  /// \brief After it: its seconds, samples, bytes and point-to-point exchanges counted.
+  void end_step(const StepMark& mark, const Communicator& comm, const std::optional<nn::HaloStats>& neighbours,
+                std::int64_t samples);
 
   /// \brief The numbers of a progress line at `step` of `total_steps`, over the steps since the
   /// previous line (the loop's start if none): the rate, the ETA (eta_seconds), and a metrics row
@@ -55,9 +58,10 @@ class RunReport {
   double wall_seconds() const;
 
   /// \brief summary.json's fields of the run's books: samples_per_s (tokens_per_s where
-  /// tokens_per_sample > 0), wall_s, comm (bytes per training step, summed over the ranks), halo
-  /// (this rank's, for a spatial model) and bubble_by_stage. Collective over world.
-  void add_to_summary(nlohmann::json& j, const Config& cfg, const Communicator& comm, bool has_halo,
+  /// tokens_per_sample > 0), wall_s, comm (bytes per training step, summed over the ranks), the
+  /// point-to-point exchange's under `neighbours` ("halo": a U-Net's; "context": a ring's; this
+  /// rank's; null: none) and bubble_by_stage. Collective over world.
+  void add_to_summary(nlohmann::json& j, const Config& cfg, const Communicator& comm, const char* neighbours,
                       std::int64_t tokens_per_sample) const;
 
  private:

@@ -23,6 +23,7 @@
 #include "train/pipeline_executor.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/replica_check.hpp"
+#include "train/context_link.hpp"
 #include "train/spatial_halo.hpp"
 #include "train/stop_signal.hpp"
 #include "train/threads.hpp"
@@ -36,8 +37,6 @@ namespace {
 constexpr bool host_accessible = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
 const char* run_files[] = {"summary.json", "metrics.csv", "log.txt"};
 const char* flight_dir = "flight";  // flight records (comm/flight_record.hpp)
-// The ring's messages within a context group (nn/context_ring.cpp; matched in posting order).
-constexpr int kContextTag = 1 << 21;
 
 }  // namespace
 
@@ -165,16 +164,11 @@ ModelPart model_part(const Config& cfg, const Communicator& comm, const ModelSha
     part.spatial_sum = [&comm](double* x, std::size_t n) { comm.allreduce_sum(x, n, Group::spatial); };
     if (cfg.parallel.context_comm == ContextComm::ring) {  // nn/context_ring.cpp
       part.ring = true;
-      auto pending = std::make_shared<std::vector<PendingOp>>();
-      part.messages = [&comm, pending](std::span<const nn::ContextMessage<float>> messages) {
-        for (const auto& m : messages)
-          pending->push_back(m.send ? comm.isend(m.data, m.n, m.peer, kContextTag, Group::spatial)
-                                    : comm.irecv(m.data, m.n, m.peer, kContextTag, Group::spatial));
+      part.context = std::make_shared<ContextLink>(comm);
+      part.messages = [link = part.context.get()](std::span<const nn::ContextMessage<float>> messages) {
+        link->start(messages);
       };
-      part.wait = [pending] {
-        for (auto& op : *pending) op.wait();
-        pending->clear();
-      };
+      part.wait = [link = part.context.get()] { link->wait(); };
     }
   }
   part.halo_overlap = cfg.parallel.halo_overlap;
@@ -503,6 +497,12 @@ void Trainer::settle() {
   if (!std::isfinite(last_grad_norm_)) numerical_failure(state_.step, last_loss_, last_grad_norm_);
 }
 
+std::optional<nn::HaloStats> Trainer::neighbour_stats() const {
+  if (const auto* halo = model_->halo()) return halo->stats();
+  if (const auto* link = model_->context()) return link->stats();
+  return std::nullopt;
+}
+
 std::int64_t Trainer::tokens_per_sample() const {
   return is_transformer(cfg_.model.kind) ? cfg_.model.context : 0;
 }
@@ -594,9 +594,9 @@ ExitCode Trainer::run() {
     const double lr = learning_rate(cfg_.schedule, cfg_.optimizer.lr, state_.step, total);
     const auto batch_size = static_cast<std::int64_t>(
         sampler_->global_batch(state_.epoch, state_.batch_in_epoch).size());
-    const RunReport::StepMark mark = report_.begin_step(comm_, model_->halo());
+    const RunReport::StepMark mark = report_.begin_step(comm_, neighbour_stats());
     last_loss_ = train_step(lr);
-    report_.end_step(mark, comm_, model_->halo(), batch_size);
+    report_.end_step(mark, comm_, neighbour_stats(), batch_size);
 
     ++state_.step;
     state_.samples_seen += batch_size;
@@ -657,7 +657,8 @@ nlohmann::json Trainer::summary(const std::string& status) const {
                            ? nlohmann::json(last_eval_.accuracy) : nlohmann::json(nullptr);
   if (cfg_.model.kind == ModelKind::unet)
     j["test_rel_l2"] = last_eval_step_ >= 0 ? nlohmann::json(last_eval_.rel_l2) : nlohmann::json(nullptr);
-  report_.add_to_summary(j, cfg_, comm_, model_->halo() != nullptr, tokens_per_sample());  // collective
+  report_.add_to_summary(j, cfg_, comm_, model_->halo() != nullptr ? "halo" : model_->context() != nullptr ? "context" : nullptr,
+                         tokens_per_sample());  // collective
   j["layout"] = comm_.layout(cfg_.parallel.zero);
   if (cfg_.optimizer.offload != OptimizerOffload::none) {
     // Bytes this rank moved to and from its offload file (updates, checkpoints, resume), the

@@ -96,6 +96,8 @@ class Trainer {
   /// Tokens in one sample of a token model (its context), 0 for the others: the progress lines'
   /// and summary.json's tokens/s.
   std::int64_t tokens_per_sample() const;
+  /// The stats of the model's point-to-point exchange (a U-Net's halo, a transformer's ring), if any.
+  std::optional<nn::HaloStats> neighbour_stats() const;
   EvalResult run_eval();
   void checkpoint();
   /// Completes the asynchronous save in flight, if any (waits for the writers). Collective.

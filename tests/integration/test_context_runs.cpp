@@ -2,6 +2,7 @@
 // deck, both forms (parallel.context_comm: all_to_all and ring), against the one-rank runs.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <map>
@@ -56,6 +57,15 @@ TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     ASSERT_EQ(train_losses(dir).size(), 30u);
     expect_same_run(dir, ref);
+    if (c.name == "gpt_c2_ring") {
+      // summary.json's "context": per step and rank, keys and values of B = 8 samples x T/C = 16
+      // positions x 2 x 64 values, sent (C-1) times forward and 2C-1 backward, in 2 blocks.
+      const auto j = nlohmann::json::parse(read_file(dir + "/summary.json"));
+      ASSERT_TRUE(j.contains("context")) << j.dump();
+      EXPECT_EQ(j["context"]["form"], "ring");
+      EXPECT_DOUBLE_EQ(j["context"]["bytes_per_step"].get<double>(), 2.0 * (1 + 3) * 8 * 16 * 2 * 64 * 4);
+      EXPECT_GE(j["context"]["wait_s_per_step"].get<double>(), 0.0);
+    }
   }
   const std::string bf16 = fresh_dir("cp_llama_bf16");
   const RunResult b = tessera(2, llama_args(bf16, "--set parallel.spatial=2 --set train.precision=bf16" + ring));
