@@ -176,7 +176,9 @@ void resolve_layout(Config& cfg, int world_size) {
                                               "\"{}\" has none: remove it", to_string(cfg.parallel.context_comm),
                                               to_string(cfg.model.kind)));
   // Until their kernels land (this session's work in progress): refused, not ignored.
-  if (cfg.model.window != 0) fail("model.window", "sliding-window attention is not built yet; remove it");
+  if (cfg.model.window != 0 && cfg.parallel.context_comm == ContextComm::ring)
+    fail("model.window", "model.window with parallel.context_comm = \"ring\" is not built yet (the ring's halo "
+                         "of window - 1 positions); use parallel.context_comm = \"all_to_all\"");
   if (cfg.parallel.context_comm == ContextComm::ring)
     fail("parallel.context_comm", "\"ring\" is not built yet; use \"all_to_all\"");
   if (!llama) {  // the Llama family's keys, refused where they would change nothing

@@ -91,6 +91,9 @@ nn::UNetShape unet_shape(const Config& cfg, const ModelShape& shape);
 /// \brief The GPT's dimensions from the deck and the data (vocabulary, context); throws
 /// InputError where they disagree or the tensor ranks do not divide the vocabulary.
 nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape);
+/// \brief The sliding window a transformer's attention runs with: model.window, or 0 (full causal
+/// attention) where that is 0 or at least model.context (a window that holds every position).
+int attention_window(const ModelConfig& model);
 /// Multiply-adds per token of one transformer block's products (its weights' elements: q, k, v, o and the MLP).
 double block_weights(const Config& cfg);
 

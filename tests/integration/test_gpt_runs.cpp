@@ -217,16 +217,22 @@ TEST(Llama, EveryLayoutTrainsTheSameModel) {
 // Context parallelism (parallel.spatial = C: each rank holds T/C positions of every sequence;
 // the attention regroups by heads through all-to-alls, nn/context_parallel.cpp): the gpt at C = 2
 // and 4, the llama at C = 2 with tensor 2, with pipeline 2 and recomputation and micro-batches,
-// and with data 2 and ZeRO 3: the one-rank losses within 1e-5 and its parameters. A checkpoint
-// written at C = 2 resumes on one rank to the one-rank run.
+// and with data 2 and ZeRO 3, the gpt under a sliding window of 8 (of 32) positions at C = 2: the
+// one-rank losses within 1e-5 and its parameters. The window's one-rank run is not the full
+// attention's. A checkpoint written at C = 2 resumes on one rank to the one-rank run.
 TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
   struct Case {
     int ranks;
     bool llama;
-    std::string args, name;
+    std::string args, name, ref = {};  // ref: the one-rank run, where not the gpt's or the llama's
   };
   const std::string ref_llama = fresh_dir("cp_llama_ref");
   ASSERT_EQ(tessera(1, llama_args(ref_llama)).exit_code, 0);
+  const std::string window = "--set model.window=8", ref_window = fresh_dir("cp_window_ref");
+  ASSERT_EQ(tessera(1, gpt_args(ref_window, window)).exit_code, 0);
+  const double window_moved = max_relative_difference(train_losses(reference()), train_losses(ref_window));
+  std::printf("window 8: largest relative loss difference from full attention %.3g\n", window_moved);
+  EXPECT_GT(window_moved, 1e-4);  // measured 3e-3 to 4e-3 (the corpus is the docs); a window that did nothing: 0
   const std::vector<Case> cases = {
       {2, false, "--set parallel.spatial=2", "gpt_c2"},
       {4, false, "--set parallel.spatial=4", "gpt_c4"},
@@ -234,11 +240,12 @@ TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
       {4, true, layout(1, 1, 2) + " --set parallel.spatial=2 --set train.recompute=true --set parallel.micro_batches=2",
        "llama_p2c2_recompute"},
       {4, true, layout(2, 1, 1) + " --set parallel.spatial=2 --set parallel.zero=3", "llama_d2c2_zero3"},
+      {2, false, window + " --set parallel.spatial=2", "gpt_window8_c2", ref_window},
   };
   std::string gpt_c2;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string dir = fresh_dir("cp_" + c.name), ref = c.llama ? ref_llama : reference();
+    const std::string dir = fresh_dir("cp_" + c.name), ref = !c.ref.empty() ? c.ref : c.llama ? ref_llama : reference();
     if (c.name == "gpt_c2") gpt_c2 = dir;
     const RunResult r = tessera(c.ranks, c.llama ? llama_args(dir, c.args) : gpt_args(dir, c.args));
     ASSERT_EQ(r.exit_code, 0) << r.output;

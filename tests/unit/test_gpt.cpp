@@ -61,8 +61,18 @@ double run_loss(nn::Gpt<T>& gpt, int slot, const Batch& b, double scale) {
   return scale * r.loss;
 }
 
-// Both GELUs: the exact one and GPT-2's tanh form (model.gelu_approximate = "tanh").
-class GptGradients : public ::testing::TestWithParam<bool> {};
+// Both GELUs: the exact one and GPT-2's tanh form (model.gelu_approximate = "tanh"); and the exact
+// one under a sliding window of 2 positions (of the context's 5).
+struct GptCase {
+  bool gelu_tanh;
+  int window;
+};
+
+void PrintTo(const GptCase& c, std::ostream* os) {
+  *os << (c.gelu_tanh ? "tanh" : "exact") << " GELU, window " << c.window;
+}
+
+class GptGradients : public ::testing::TestWithParam<GptCase> {};
 
 /// Every parameter's gradient of a double model of `shape` (one forward and backward of 2
 /// samples) against central finite differences of its loss. The weights are scaled up from
@@ -97,11 +107,15 @@ void expect_every_gradient(const nn::GptShape& shape) {
 
 TEST_P(GptGradients, MatchFiniteDifferences) {
   nn::GptShape shape = kTiny;
-  shape.gelu_tanh = GetParam();
+  shape.gelu_tanh = GetParam().gelu_tanh;
+  shape.window = GetParam().window;
   expect_every_gradient(shape);
 }
-INSTANTIATE_TEST_SUITE_P(Gpt, GptGradients, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "TanhGelu" : "ExactGelu"; });
+INSTANTIATE_TEST_SUITE_P(Gpt, GptGradients, ::testing::Values(GptCase{false, 0}, GptCase{true, 0}, GptCase{false, 2}),
+                         [](const ::testing::TestParamInfo<GptCase>& p) {
+                           return fmt::format("{}{}", p.param.gelu_tanh ? "TanhGelu" : "ExactGelu",
+                                              p.param.window > 0 ? fmt::format("Window{}", p.param.window) : "");
+                         });
 
 // The Llama family's block (RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases): every
 // gradient against finite differences, in two shapes: 4 heads sharing 2 key/value heads with an
@@ -118,14 +132,19 @@ nn::GptShape llama_shape(int heads, int kv_heads, int ffn, double theta, bool ti
   return s;
 }
 
+// The first again under a sliding window of 3 positions.
 class LlamaGradients : public ::testing::TestWithParam<int> {};
 
 TEST_P(LlamaGradients, MatchFiniteDifferences) {
-  expect_every_gradient(GetParam() == 0 ? llama_shape(4, 2, 6, 10000.0, false) : llama_shape(2, 1, 12, 3.0, true));
+  nn::GptShape shape = GetParam() == 1 ? llama_shape(2, 1, 12, 3.0, true) : llama_shape(4, 2, 6, 10000.0, false);
+  if (GetParam() == 2) shape.window = 3;
+  expect_every_gradient(shape);
 }
-INSTANTIATE_TEST_SUITE_P(Llama, LlamaGradients, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(Llama, LlamaGradients, ::testing::Values(0, 1, 2),
                          [](const ::testing::TestParamInfo<int>& p) {
-                           return p.param == 0 ? "GroupedQueryUntied" : "OneKeyValueHeadTied";
+                           return p.param == 0 ? "GroupedQueryUntied"
+                                  : p.param == 1 ? "OneKeyValueHeadTied"
+                                                 : "GroupedQueryUntiedWindow3";
                          });
 
 TEST(Llama, NamesAndShapesFollowTheDesign) {
@@ -364,6 +383,62 @@ TEST(Gpt, Bf16LogitsAndLossAgreeWithFp32) {
     diff = std::max(diff, double(std::fabs(h.grads[i] - f.grads[i])));
   }
   EXPECT_LE(diff, 5e-2 * scale);
+}
+
+// What a window means for a whole model, without a reference: through L blocks of a window of W,
+// position i sees the tokens [i - L (W - 1), i] and no other. Changing token t0 changes the
+// next-token logits (nn::Gpt::next_token_logits, what `tessera generate` reads) of positions
+// t0 .. t0 + L (W - 1) and leaves every other position's bit for bit; for the gpt and the llama, in
+// the products' precision p (fp32 here, bf16 below: each has its own call of the attention).
+void expect_window_limits_what_each_position_sees(Precision p) {
+  const ExecSpace exec;
+  nn::GptShape gpt{8, 12, 8, 2, 2};  // vocab 8, context 12, width 8, 2 heads, 2 blocks
+  gpt.window = 3;
+  nn::GptShape llama = llama_shape(4, 2, 6, 10000.0, false);
+  llama.context = 12;
+  llama.window = 3;
+  const int t0 = 3, seen = 2 * (3 - 1);  // positions t0 .. t0 + seen see token t0
+  for (const nn::GptShape& shape : {gpt, llama}) {
+    SCOPED_TRACE(shape.llama ? "llama" : "gpt");
+    nn::ParamStore<float> store;
+    nn::Gpt<float>::Part part;
+    part.precision = p;
+    nn::Gpt<float> model(store, shape, part);
+    store.allocate();
+    store.initialize(exec, 5);
+    for (std::size_t i = 0; i < store.infos().size(); ++i)  // sharper attention: every token matters
+      if (store.infos()[i].init == nn::InitKind::normal) tessera::kernels::scale(exec, store.value(i), 10.0f);
+    model.reserve(1);
+    const int slot = model.acquire(1);
+    const auto logits = [&](int token) {  // every position's, the token at t0 set
+      Batch b = make_batch(1, shape, 7);
+      b.tokens[std::size_t(t0)] = token;
+      std::vector<std::vector<float>> out;
+      for (int n = 1; n <= shape.context; ++n) {
+        run_loss(model, slot, b, 1.0);  // fills the slot's input
+        Matrix<float> next("next", 1, std::size_t(shape.vocab));
+        model.next_token_logits(exec, slot, n, next);
+        out.push_back(to_host(next));
+      }
+      return out;
+    };
+    const auto a = logits(1), b = logits(6);
+    for (int i = 0; i < shape.context; ++i) {
+      if (i >= t0 && i <= t0 + seen) {
+        EXPECT_NE(a[std::size_t(i)], b[std::size_t(i)]) << "position " << i;
+      } else {
+        EXPECT_EQ(a[std::size_t(i)], b[std::size_t(i)]) << "position " << i;
+      }
+    }
+  }
+}
+
+TEST(Gpt, WindowLimitsWhatEachPositionSees) { expect_window_limits_what_each_position_sees(Precision::fp32); }
+
+TEST(Gpt, Bf16WindowLimitsWhatEachPositionSees) {
+  if (!blas::bf16_operands(Precision::bf16))
+    GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
+  expect_window_limits_what_each_position_sees(Precision::bf16);
 }
 
 TEST(Gpt, NamesFollowGpt2) {
