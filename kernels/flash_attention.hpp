@@ -3,6 +3,11 @@
 // FlashAttention): the function of kernels/attention.hpp, which stays the reference, without the
 // (B, heads, T, T) probabilities in memory. Layouts of qkv, out, dout and dqkv as there.
 //
+// Under a sliding window of W positions (window > 0) query i sees only keys i - W < j <= i, and
+// key j only queries j <= i < j + W: every loop below runs over that band (kernels/attention.hpp's
+// window_first_key, window_query_end) and never visits the keys or queries outside it, so a row
+// costs O(W) instead of O(T). window = 0 (or at least T) is full causal attention.
+//
 // Forward, one thread per query row i of (b, h): over the keys j <= i a running maximum m of the
 // scaled scores S_ij = q_i . k_j / sqrt(hd), the running sum l of exp(S_ij - m) and the running
 // sum acc of exp(S_ij - m) v_j, rescaled by exp(m_old - m_new) whenever m grows; out_i = acc / l
@@ -80,18 +85,19 @@ struct Row {
 
 template <int HD, class QkvView, class OutView, class StatView>
 void forward(const ExecSpace& exec, const QkvView& qkv, const OutView& out, const StatView& stats,
-             const AttentionShape& s) {
+             const AttentionShape& s, Index window) {
   using T = typename OutView::non_const_value_type;
   const Index hd = s.head_dim;
   const T scale = T(1) / math::sqrt(T(hd));
   Kokkos::parallel_for(
       "tessera::flash_attention_forward", range(exec, s.batch * s.heads * s.seq), KOKKOS_LAMBDA(const Index idx) {
         const Row w(idx, s);
+        const Index lo = window_first_key(w.r, window);
         T q[HD], acc[HD];
         load<HD>(qkv, w.base + w.r, w.qc, hd, scale, q);
-        load<HD>(qkv, w.base, w.vc, hd, T(1), acc);  // key 0: P = 1 relative to itself
-        T m = dot<HD>(q, qkv, w.base, w.kc, hd), l = T(1);
-        for (Index j = 1; j <= w.r; ++j) {
+        load<HD>(qkv, w.base + lo, w.vc, hd, T(1), acc);  // key lo: P = 1 relative to itself
+        T m = dot<HD>(q, qkv, w.base + lo, w.kc, hd), l = T(1);
+        for (Index j = lo + 1; j <= w.r; ++j) {
           const T sc = dot<HD>(q, qkv, w.base + j, w.kc, hd);
           if (sc > m) {  // a new maximum: rescale what was summed against the old one
             const T c = math::exp(m - sc);
@@ -112,7 +118,7 @@ void forward(const ExecSpace& exec, const QkvView& qkv, const OutView& out, cons
 /// Passes 1 and 2: D_i into dstats, then dq_i.
 template <int HD, class QkvView, class StatView, class DoutView, class DqkvView>
 void backward_queries(const ExecSpace& exec, const QkvView& qkv, const StatView& stats, const DoutView& dout,
-                      const DqkvView& dqkv, const StatView& dstats, const AttentionShape& s) {
+                      const DqkvView& dqkv, const StatView& dstats, const AttentionShape& s, Index window) {
   using T = typename DqkvView::non_const_value_type;
   const Index hd = s.head_dim;
   const T scale = T(1) / math::sqrt(T(hd));
@@ -125,7 +131,7 @@ void backward_queries(const ExecSpace& exec, const QkvView& qkv, const StatView&
         load<HD>(dout, w.base + w.r, w.qc, hd, T(1), g);
         const T lse = stats(w.b, w.h, w.r, 0);
         T sum = T(0);
-        for (Index j = 0; j <= w.r; ++j)
+        for (Index j = window_first_key(w.r, window); j <= w.r; ++j)
           sum += math::exp(dot<HD>(q, qkv, w.base + j, w.kc, hd) - lse) * dot<HD>(g, qkv, w.base + j, w.vc, hd);
         dstats(w.b, w.h, w.r, 0) = sum;
       });
@@ -138,7 +144,7 @@ void backward_queries(const ExecSpace& exec, const QkvView& qkv, const StatView&
         TESSERA_UNROLL
         for (int d = 0; d < HD; ++d) dq[d] = T(0);
         const T lse = stats(w.b, w.h, w.r, 0), D = dstats(w.b, w.h, w.r, 0);
-        for (Index j = 0; j <= w.r; ++j) {
+        for (Index j = window_first_key(w.r, window); j <= w.r; ++j) {
           const T p = math::exp(dot<HD>(q, qkv, w.base + j, w.kc, hd) - lse);
           axpy<HD>(p * (dot<HD>(g, qkv, w.base + j, w.vc, hd) - D), qkv, w.base + j, w.kc, hd, dq);
         }
@@ -146,10 +152,10 @@ void backward_queries(const ExecSpace& exec, const QkvView& qkv, const StatView&
       });
 }
 
-/// Passes 3 and 4: dv_j, then dk_j, each a sum over the queries i >= j.
+/// Passes 3 and 4: dv_j, then dk_j, each a sum over the queries i >= j that see key j.
 template <int HD, class QkvView, class StatView, class DoutView, class DqkvView>
 void backward_keys(const ExecSpace& exec, const QkvView& qkv, const StatView& stats, const DoutView& dout,
-                   const DqkvView& dqkv, const StatView& dstats, const AttentionShape& s) {
+                   const DqkvView& dqkv, const StatView& dstats, const AttentionShape& s, Index window) {
   using T = typename DqkvView::non_const_value_type;
   const Index hd = s.head_dim, seq = s.seq;
   const T scale = T(1) / math::sqrt(T(hd));
@@ -161,7 +167,7 @@ void backward_keys(const ExecSpace& exec, const QkvView& qkv, const StatView& st
         load<HD>(qkv, w.base + w.r, w.kc, hd, scale, k);
         TESSERA_UNROLL
         for (int d = 0; d < HD; ++d) dv[d] = T(0);
-        for (Index i = w.r; i < seq; ++i) {
+        for (Index i = w.r, end = window_query_end(w.r, seq, window); i < end; ++i) {
           const T p = math::exp(dot<HD>(k, qkv, w.base + i, w.qc, hd) - stats(w.b, w.h, i, 0));
           axpy<HD>(p, dout, w.base + i, w.qc, hd, dv);
         }
@@ -175,7 +181,7 @@ void backward_keys(const ExecSpace& exec, const QkvView& qkv, const StatView& st
         load<HD>(qkv, w.base + w.r, w.vc, hd, T(1), v);
         TESSERA_UNROLL
         for (int d = 0; d < HD; ++d) dk[d] = T(0);
-        for (Index i = w.r; i < seq; ++i) {
+        for (Index i = w.r, end = window_query_end(w.r, seq, window); i < end; ++i) {
           const T p = math::exp(dot<HD>(k, qkv, w.base + i, w.qc, hd) - stats(w.b, w.h, i, 0));
           const T ds = p * (dot<HD>(v, dout, w.base + i, w.qc, hd) - dstats(w.b, w.h, i, 0));
           axpy<HD>(ds, qkv, w.base + i, w.qc, hd, dk);
@@ -211,43 +217,47 @@ inline int padded(Index hd) { return hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 
 }  // namespace flash
 
 /// \brief Forward of causal self-attention: out (B*T, C) overwritten from qkv (B*T, 3C), stats
-/// (B, heads, T, 1) overwritten with each row's log-sum-exp (what the backward needs).
+/// (B, heads, T, 1) overwritten with each row's log-sum-exp (what the backward needs); window: the
+/// positions each query sees, itself included (0: every earlier one).
 template <class QkvView, class OutView, class StatView>
-void flash_attention_forward(const ExecSpace& exec, const QkvView& qkv, const OutView& out, const StatView& stats) {
+void flash_attention_forward(const ExecSpace& exec, const QkvView& qkv, const OutView& out, const StatView& stats,
+                             Index window = 0) {
   const AttentionShape s = flash::shape(qkv, out, stats);
+  if (window < 0) throw std::invalid_argument("tessera::flash_attention: a window of " + std::to_string(window));
   switch (flash::padded(s.head_dim)) {
-    case 16: flash::forward<16>(exec, qkv, out, stats, s); break;
-    case 32: flash::forward<32>(exec, qkv, out, stats, s); break;
-    case 64: flash::forward<64>(exec, qkv, out, stats, s); break;
-    default: flash::forward<128>(exec, qkv, out, stats, s); break;
+    case 16: flash::forward<16>(exec, qkv, out, stats, s, window); break;
+    case 32: flash::forward<32>(exec, qkv, out, stats, s, window); break;
+    case 64: flash::forward<64>(exec, qkv, out, stats, s, window); break;
+    default: flash::forward<128>(exec, qkv, out, stats, s, window); break;
   }
 }
 
 /// \brief Backward of flash_attention_forward: dqkv (B*T, 3C) overwritten from dout (B*T, C),
-/// with qkv and stats of the forward; dstats (B, heads, T, 1) is scratch.
+/// with qkv, stats and the window of the forward; dstats (B, heads, T, 1) is scratch.
 template <class QkvView, class StatView, class DoutView, class DqkvView>
 void flash_attention_backward(const ExecSpace& exec, const QkvView& qkv, const StatView& stats, const DoutView& dout,
-                              const DqkvView& dqkv, const StatView& dstats) {
+                              const DqkvView& dqkv, const StatView& dstats, Index window = 0) {
   const AttentionShape s = flash::shape(qkv, dout, stats);
   if (dqkv.extent(0) != qkv.extent(0) || dqkv.extent(1) != qkv.extent(1) || dstats.extent(0) != stats.extent(0) ||
       dstats.extent(1) != stats.extent(1) || dstats.extent(2) != stats.extent(2) || dstats.extent(3) != 1)
     throw std::invalid_argument("tessera::flash_attention_backward: dqkv must match qkv and dstats stats");
+  if (window < 0) throw std::invalid_argument("tessera::flash_attention: a window of " + std::to_string(window));
   switch (flash::padded(s.head_dim)) {
     case 16:
-      flash::backward_queries<16>(exec, qkv, stats, dout, dqkv, dstats, s);
-      flash::backward_keys<16>(exec, qkv, stats, dout, dqkv, dstats, s);
+      flash::backward_queries<16>(exec, qkv, stats, dout, dqkv, dstats, s, window);
+      flash::backward_keys<16>(exec, qkv, stats, dout, dqkv, dstats, s, window);
       break;
     case 32:
-      flash::backward_queries<32>(exec, qkv, stats, dout, dqkv, dstats, s);
-      flash::backward_keys<32>(exec, qkv, stats, dout, dqkv, dstats, s);
+      flash::backward_queries<32>(exec, qkv, stats, dout, dqkv, dstats, s, window);
+      flash::backward_keys<32>(exec, qkv, stats, dout, dqkv, dstats, s, window);
       break;
     case 64:
-      flash::backward_queries<64>(exec, qkv, stats, dout, dqkv, dstats, s);
-      flash::backward_keys<64>(exec, qkv, stats, dout, dqkv, dstats, s);
+      flash::backward_queries<64>(exec, qkv, stats, dout, dqkv, dstats, s, window);
+      flash::backward_keys<64>(exec, qkv, stats, dout, dqkv, dstats, s, window);
       break;
     default:
-      flash::backward_queries<128>(exec, qkv, stats, dout, dqkv, dstats, s);
-      flash::backward_keys<128>(exec, qkv, stats, dout, dqkv, dstats, s);
+      flash::backward_queries<128>(exec, qkv, stats, dout, dqkv, dstats, s, window);
+      flash::backward_keys<128>(exec, qkv, stats, dout, dqkv, dstats, s, window);
       break;
   }
 }

@@ -10,7 +10,8 @@ the JSON `tessera export` wrote beside it (same path, .json), builds the model a
 torch.nn modules whose parameter names are the export's (load_state_dict(strict=True) checks
 every name and shape), and computes the loss `tessera eval` prints on the same split of the same
 data: the mean cross-entropy (or squared error) over the samples; for a gpt the mean over windows
-of `context` tokens of the next-token cross-entropy at every position; for a unet (the model is
+of `context` tokens of the next-token cross-entropy at every position (its attention under the
+JSON's sliding `window`, where that is not 0); for a unet (the model is
 bench/unet_torch.py's UNet, standardising with the export's normalisation statistics) the mean
 squared error of the standardised fields and the relative L2 error. The arithmetic is float64.
 With --expect-loss it exits 1 unless |loss - X| <= rtol * |X|; likewise --expect-rel-l2, and
@@ -18,7 +19,8 @@ With --expect-loss it exits 1 unless |loss - X| <= rtol * |X|; likewise --expect
 
 `eval DIR`, where DIR is a Hugging Face LlamaForCausalLM directory (config.json with
 "architectures": ["LlamaForCausalLM"], model.safetensors or sharded with its index; what
-`tessera export --hf-llama` writes, or tests/data/llama/*) or a `--hf-gpt2` one, loads it with
+`tessera export --hf-llama` writes, or tests/data/llama/*), a MistralForCausalLM one (what
+`--hf-llama` writes for a llama with model.window) or a `--hf-gpt2` one, loads it with
 transformers' `from_pretrained` of that class (no custom code), converts it to float64 and computes the same
 token loss as for a gpt export on --data (required: there is no deck) and --split (default
 "val"), windows of --context tokens (default: config.json's max_position_embeddings). It refuses
@@ -26,7 +28,8 @@ a transformers that did not take config.json's rope_theta (transformers 4.x igno
 "rope_parameters" that transformers 5 writes).
 
 `hf-generate` loads a `tessera export --hf-gpt2` directory with Hugging Face transformers'
-GPT2LMHeadModel, or a LlamaForCausalLM directory (config.json's "architectures" says which), and
+GPT2LMHeadModel, or a LlamaForCausalLM or MistralForCausalLM directory (config.json's "architectures"
+says which), and
 prints the greedy continuation of a prompt of bytes, as `tessera generate --temperature 0` does:
 the prompt's bytes and the new tokens as bytes, then a newline. --expect TEXT exits 1 unless that
 output (without the newline) is TEXT byte for byte; --expect-ids A,B,... unless the new tokens
@@ -141,6 +144,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(width, 3 * width)  # q, k, v rows stacked
         self.proj = nn.Linear(width, width)
         self.scale = c["attention_scale"]
+        self.window = c.get("window", 0)  # a sliding window: query i sees keys i - window < j <= i
 
     def forward(self, x):
         b, t, width = x.shape
@@ -148,6 +152,8 @@ class Attention(nn.Module):
         q, k, v = (z.view(b, t, self.heads, width // self.heads).transpose(1, 2) for z in (q, k, v))
         scores = (q @ k.transpose(-2, -1)) * self.scale
         mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        if self.window > 0:
+            mask = mask.triu(-(self.window - 1))
         scores = scores.masked_fill(~mask, float("-inf"))
         y = scores.softmax(dim=-1) @ v
         return self.proj(y.transpose(1, 2).reshape(b, t, width))
@@ -322,7 +328,7 @@ def token_loss(model, group, context, batch):
 
 # --- Hugging Face directories (transformers from PyPI; nothing else needs it) ------------------
 
-HF_MODELS = ("GPT2LMHeadModel", "LlamaForCausalLM")
+HF_MODELS = ("GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM")
 
 
 def hf_architecture(folder):
@@ -353,7 +359,10 @@ def load_hf(folder):
     transformers.utils.logging.disable_progress_bar()
     arch, config = hf_architecture(folder)
     model = getattr(transformers, arch).from_pretrained(folder).eval()
-    if arch == "LlamaForCausalLM":
+    if arch == "MistralForCausalLM" and model.config.sliding_window != config.get("sliding_window"):
+        raise SystemExit(f"load_export: error: {folder}: transformers {transformers.__version__} built a sliding "
+                         f"window of {model.config.sliding_window}, config.json says {config.get('sliding_window')}")
+    if arch in ("LlamaForCausalLM", "MistralForCausalLM"):
         check_rope_theta(model, config, folder)
         return model, arch, config["max_position_embeddings"]
     return model, arch, config["n_positions"]

@@ -216,6 +216,10 @@ int export_checkpoint(const ExportArgs& args) {
     cfg = checkpoint_config(file);
     shape = shape_from_checkpoint(file, cfg);
     map = tensor_map(cfg, logical_params(cfg, shape), naming);
+    if (const int w = attention_window(cfg.model); w > 0 && naming == Naming::hf_gpt2)
+      throw InputError(fmt::format("--hf-gpt2: the model attends through a sliding window of {} positions "
+                                   "(model.window), which Hugging Face's GPT2LMHeadModel does not; export it without "
+                                   "--hf-gpt2 (Tessera's names; the JSON beside it gives the window)", w));
     check_model_tensors(file, map);
     metadata = export_metadata(file, cfg, naming);
     if (args.optimizer) states = optimizer_states(file, cfg, map, metadata);

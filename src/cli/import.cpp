@@ -249,6 +249,9 @@ void check_hf_config(const std::string& file, const Config& cfg, const ModelShap
   agree_int("n_layer", m.layers, "model.layers");
   agree_int("n_positions", m.context, "model.context");
   agree_int("vocab_size", static_cast<double>(shape.outputs), "the data's vocab_size");
+  if (const int w = attention_window(m); w > 0)
+    throw InputError(fmt::format("{}: GPT2LMHeadModel attends to every earlier position, but the deck {} has "
+                                 "model.window = {} (sliding-window attention); set model.window = 0", where, deck, w));
   if (const auto inner = number("n_inner"); inner && *inner != 4.0 * m.width)
     throw InputError(fmt::format("{}: n_inner = {}; Tessera's gpt has an MLP 4 x model.width = {} wide", where, *inner,
                                  4 * m.width));
@@ -283,7 +286,9 @@ void check_hf_config(const std::string& file, const Config& cfg, const ModelShap
 // fixes must agree, one line naming the key and both values otherwise; settings Tessera's llama
 // does not have (another activation, biases, a scaled or partial rotary embedding) are refused,
 // named. rope_theta is read where transformers 4 writes it (top level, beside rope_scaling) and
-// where transformers 5 does (rope_parameters: {rope_theta, rope_type "default"}).
+// where transformers 5 does (rope_parameters: {rope_theta, rope_type "default"}). A Mistral
+// (MistralForCausalLM: a llama with a sliding window, the same tensors) gives the deck's
+// model.window as its sliding_window; a Llama has none.
 void check_hf_llama_config(const std::string& file, const Config& cfg, const ModelShape& shape) {
   std::string where;
   const std::optional<nlohmann::json> config = read_hf_config(file, where);
@@ -292,9 +297,21 @@ void check_hf_llama_config(const std::string& file, const Config& cfg, const Mod
   const std::string deck = cfg.deck_path;
   const auto& m = cfg.model;
   const auto number = [&](const char* key) { return config_number(j, where, key); };
-  if (j.contains("model_type") && j["model_type"] != "llama")
-    throw InputError(fmt::format("{}: model_type = {}; Tessera's llama imports \"llama\" models", where,
-                                 j["model_type"].dump()));
+  const bool mistral = j.contains("model_type") && j["model_type"] == "mistral";
+  if (j.contains("model_type") && j["model_type"] != "llama" && !mistral)
+    throw InputError(fmt::format("{}: model_type = {}; Tessera's llama imports \"llama\" and \"mistral\" models",
+                                 where, j["model_type"].dump()));
+  // The window: Mistral's sliding_window (null: none; one that holds the whole context is none).
+  const std::optional<double> sliding = mistral ? number("sliding_window") : std::nullopt;
+  const int window = sliding && *sliding < m.context ? static_cast<int>(*sliding) : 0;
+  if (window != attention_window(m)) {
+    const std::string theirs = window > 0 ? fmt::format("sliding_window = {}", window)
+                               : sliding  ? fmt::format("sliding_window = {} (at least model.context: none)", *sliding)
+                               : mistral  ? std::string("sliding_window = null (none)")
+                                          : std::string("a Llama (no sliding window)");
+    throw InputError(fmt::format("{}: {}, but the deck {} has model.window = {}; set model.window = {}", where, theirs,
+                                 deck, m.window, window));
+  }
   const auto agree_number = [&](const char* key, std::optional<double> value, double deck_value, const char* deck_key) {
     if (value && *value != deck_value)
       throw InputError(fmt::format("{}: {} = {}, but the deck {} has {} = {}", where, key, *value, deck, deck_key,

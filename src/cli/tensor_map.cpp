@@ -220,6 +220,8 @@ std::string model_json(const Config& cfg, const ModelShape& shape, const std::ve
     j["rope_theta"] = m.rope_theta;
     j["attention"] = "causal; query head h reads key/value head h / (heads / kv_heads) (repeat_kv); scores "
                      "scaled by attention_scale";
+    j["window"] = attention_window(m);
+    j["window_rule"] = "0: every earlier position; W > 0: query i sees keys i - W < j <= i only (sliding window)";
     j["attention_scale"] = 1.0 / std::sqrt(static_cast<double>(hd));
     j["activation"] = "silu";
     j["positions"] = "0 .. context-1 in every window; no position embedding";
@@ -238,6 +240,8 @@ std::string model_json(const Config& cfg, const ModelShape& shape, const std::ve
     j["gelu_approximate"] = to_string(m.gelu_approximate);
     j["layer_norm_eps"] = kernels::layernorm_eps;
     j["attention_scale"] = 1.0 / std::sqrt(static_cast<double>(m.width / m.heads));
+    j["window"] = attention_window(m);
+    j["window_rule"] = "0: every earlier position; W > 0: query i sees keys i - W < j <= i only (sliding window)";
     j["qkv"] = "attn.qkv.weight [3C, C] = the q, k, v projections' rows stacked; bias [3C] likewise";
     j["tied_head"] = "logits = ln_f(x) @ wte.weight^T (no separate head tensor)";
     j["sample"] = "a window of context tokens; loss = mean over its positions of the next token's cross-entropy";
@@ -300,9 +304,13 @@ std::string hf_gpt2_config(const Config& cfg, std::int64_t vocab) {
 
 std::string hf_llama_config(const Config& cfg, std::int64_t vocab) {
   const auto& m = cfg.model;
+  // With a sliding window: MistralForCausalLM, a llama whose attention has one (the same tensors
+  // and names; no attention_bias, mlp_bias or pretraining_tp keys).
+  const int window = attention_window(m);
   nlohmann::json j;  // keys sorted, as save_pretrained writes them
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  j["architectures"] = {window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = window > 0 ? "mistral" : "llama";
+  if (window > 0) j["sliding_window"] = window;
   j["vocab_size"] = vocab;
   j["hidden_size"] = m.width;
   j["intermediate_size"] = m.ffn_width_or_default();
@@ -316,10 +324,12 @@ std::string hf_llama_config(const Config& cfg, std::int64_t vocab) {
   j["rope_theta"] = m.rope_theta;
   j["rope_scaling"] = nullptr;  // the plain rotary embedding
   j["tie_word_embeddings"] = m.tie_embeddings;
-  j["attention_bias"] = false;
+  if (window == 0) {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  }
   j["attention_dropout"] = 0.0;
-  j["mlp_bias"] = false;
-  j["pretraining_tp"] = 1;
   j["initializer_range"] = 0.02;
   j["use_cache"] = true;
   // Tessera's data carry no start or end token (byte tokens are the bytes; a BPE's ids are the

@@ -209,12 +209,18 @@ struct Config {
   bool operator==(const Config&) const = default;
 };
 
+/// \brief The sliding window a transformer's attention runs with: model.window, or 0 (full causal
+/// attention) where that is 0 or at least model.context (a window that holds every position).
+inline int attention_window(const ModelConfig& model) {
+  return model.window > 0 && model.window < model.context ? model.window : 0;
+}
+
 /// True where a transformer's context ranks (parallel.spatial) each hold a head and a tail chunk
 /// of every sequence (rank s: chunks s and 2 spatial - 1 - s of 2 spatial; the ring's causal load
 /// balancing), false where each holds one block. The data's reader and the model both follow it.
 inline bool context_head_tail(const Config& cfg) {
   return is_transformer(cfg.model.kind) && cfg.parallel.spatial > 1 &&
-         cfg.parallel.context_comm == ContextComm::ring && cfg.model.window == 0;
+         cfg.parallel.context_comm == ContextComm::ring && attention_window(cfg.model) == 0;
 }
 
 }  // namespace tessera

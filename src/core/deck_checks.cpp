@@ -175,8 +175,6 @@ void resolve_layout(Config& cfg, int world_size) {
     fail("parallel.context_comm", fmt::format("\"{}\" chooses a transformer's context parallelism; model.kind = "
                                               "\"{}\" has none: remove it", to_string(cfg.parallel.context_comm),
                                               to_string(cfg.model.kind)));
-  // Until their kernels land (this session's work in progress): refused, not ignored.
-  if (cfg.model.window != 0) fail("model.window", "sliding-window attention is not built yet; remove it");
   if (!llama) {  // the Llama family's keys, refused where they would change nothing
     const ModelConfig defaults;
     const auto refuse = [&](std::string_view key, const std::string& value, const std::string& fix) {
@@ -217,7 +215,7 @@ void resolve_layout(Config& cfg, int world_size) {
     const bool ring = p.context_comm == ContextComm::ring;
     // The ring's causal load balancing gives each rank two chunks (a head and a tail) of every
     // sequence; a window's halo and the all-to-all take one block.
-    const int chunks = ring && m.window == 0 ? 2 * p.spatial : p.spatial;
+    const int chunks = context_head_tail(cfg) ? 2 * p.spatial : p.spatial;
     if (m.context % chunks != 0 || m.context / p.spatial < 2)
       fail("parallel.spatial",
            fmt::format("{} ranks share each sequence of model.context = {} tokens in {} equal chunks{}, at least 2 "

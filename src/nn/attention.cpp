@@ -3,9 +3,11 @@
 #include <array>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "blas/gemm.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/math.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/simd.hpp"
@@ -33,6 +35,11 @@ Dims dims_of(const MatrixU<const T>& qkv, const AttentionScores<T>& att) {
   return dims_of(Index(qkv.extent(0)), Index(qkv.extent(1)) / 3, att);
 }
 
+int checked_window(int window) {
+  if (window < 0) throw std::invalid_argument("tessera::nn::attention: a window of " + std::to_string(window));
+  return window;
+}
+
 /// Where the products find head h of sample b's q (part 0), k (1) or v (2) in the fused (B*T, 3C)
 /// matrix, rows of 3C.
 template <class T>
@@ -50,6 +57,19 @@ struct FusedQkv {
 // 16.9k / 16.2k tokens/s.
 int causal_block(int seq) { return seq >= 64 ? 32 : seq; }
 
+// Under a sliding window of W positions the products skip the keys no row of the block sees:
+// rows [r0, r1) take keys [max(0, r0 - W + 1), r1) (band_first, `align` rounding it down to a
+// multiple: the bf16 softmax reads whole chunks of 16, and its backward multiplies the masked
+// entries of dP by P = 0, which an unwritten NaN would not survive), and keys [c0, c1) are seen by
+// queries [c0, min(T, c1 + W - 1)) (band_end). With window 0 (or at least T) both are the causal
+// bounds.
+int band_first(int r0, int window, int align = 1) {
+  return int(kernels::window_first_key(r0, window)) / align * align;
+}
+int band_end(int c1, int seq, int window) {
+  return int(kernels::window_query_end(c1 - 1, seq, window));
+}
+
 }  // namespace
 
 namespace {
@@ -57,7 +77,7 @@ namespace {
 /// attention_forward on q, k and v from src, its products in `precision`.
 template <class T, class Src>
 void forward_from(const ExecSpace& exec, Precision precision, const Src& src, const MatrixU<T>& y,
-                  const AttentionScores<T>& att) {
+                  const AttentionScores<T>& att, int window) {
   const Dims d = src.d;
   const int lq = src.ld(), seq = int(d.seq), hd = int(d.hd), bs = causal_block(seq);
   const T scale = T(1) / math::sqrt(T(d.hd));
@@ -66,32 +86,34 @@ void forward_from(const ExecSpace& exec, Precision precision, const Src& src, co
       const auto* q = src.part(b, 0, h);
       const auto* k = src.part(b, 1, h);
       T* s = att.data() + (b * d.heads + h) * d.seq * d.seq;
-      for (int r0 = 0; r0 < seq; r0 += bs) {  // S = scale Q K^T, rows [r0, r1) against keys [0, r1)
-        const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        blas::matmul(exec, precision, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, scale, q + r0 * lq, lq, k, lq,
-                     T(0), s + r0 * seq, seq);
+      for (int r0 = 0; r0 < seq; r0 += bs) {  // S = scale Q K^T, rows [r0, r1) against keys [k0, r1)
+        const int r1 = r0 + bs < seq ? r0 + bs : seq, k0 = band_first(r0, window);
+        blas::matmul(exec, precision, blas::Op::N, blas::Op::T, r1 - r0, r1 - k0, hd, scale, q + r0 * lq, lq,
+                     k + k0 * lq, lq, T(0), s + r0 * seq + k0, seq);
       }
     }
-  // Causal softmax of every row in place; zero above the diagonal.
-  const Index rows = d.batch * d.heads * d.seq, n = d.seq;
+  // Causal softmax of every row in place over keys [lo, i]; zero above the diagonal and left of
+  // the window (entries the products did not write).
+  const Index rows = d.batch * d.heads * d.seq, n = d.seq, w = window;
   T* base = att.data();
   Kokkos::parallel_for(
       "tessera::nn::attention_forward::softmax", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>(exec, 0, rows),
       KOKKOS_LAMBDA(const Index r) {
         T* p = base + r * n;
-        const Index i = r % n;
-        T m = p[0];
+        const Index i = r % n, lo = kernels::window_first_key(i, w);
+        T m = p[lo];
         TESSERA_SIMD_REDUCTION(max : m)
-        for (Index j = 1; j <= i; ++j) m = p[j] > m ? p[j] : m;
+        for (Index j = lo + 1; j <= i; ++j) m = p[j] > m ? p[j] : m;
         T sum = T(0);
         TESSERA_SIMD_REDUCTION(+ : sum)
-        for (Index j = 0; j <= i; ++j) {
+        for (Index j = lo; j <= i; ++j) {
           p[j] = math::vexp(p[j] - m);
           sum += p[j];
         }
         const T inv = T(1) / sum;
         TESSERA_SIMD
-        for (Index j = 0; j <= i; ++j) p[j] *= inv;
+        for (Index j = lo; j <= i; ++j) p[j] *= inv;
+        for (Index j = 0; j < lo; ++j) p[j] = T(0);
         for (Index j = i + 1; j < n; ++j) p[j] = T(0);
       });
   const int ldy = int(y.stride_0());
@@ -100,10 +122,10 @@ void forward_from(const ExecSpace& exec, Precision precision, const Src& src, co
       const auto* v = src.part(b, 2, h);
       const T* p = att.data() + (b * d.heads + h) * d.seq * d.seq;
       T* yb = y.data() + b * d.seq * ldy + h * d.hd;
-      for (int r0 = 0; r0 < seq; r0 += bs) {  // Y = P V: rows [r0, r1) of P are zero from column r1 on
-        const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        blas::matmul(exec, precision, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, T(1), p + r0 * seq, seq, v, lq,
-                     T(0), yb + r0 * ldy, ldy);
+      for (int r0 = 0; r0 < seq; r0 += bs) {  // Y = P V: rows [r0, r1) of P are zero outside columns [k0, r1)
+        const int r1 = r0 + bs < seq ? r0 + bs : seq, k0 = band_first(r0, window);
+        blas::matmul(exec, precision, blas::Op::N, blas::Op::N, r1 - r0, hd, r1 - k0, T(1), p + r0 * seq + k0, seq,
+                     v + k0 * lq, lq, T(0), yb + r0 * ldy, ldy);
       }
     }
 }
@@ -112,7 +134,8 @@ void forward_from(const ExecSpace& exec, Precision precision, const Src& src, co
 /// (B*T, 3C) matrix.
 template <class T, class Src>
 void backward_from(const ExecSpace& exec, Precision precision, const Src& src, const AttentionScores<T>& att,
-                   const MatrixU<const T>& dy, const MatrixU<T>& dqkv, const AttentionScores<T>& dscores) {
+                   const MatrixU<const T>& dy, const MatrixU<T>& dqkv, const AttentionScores<T>& dscores,
+                   int window) {
   const Dims d = src.d;
   const int ld = int(3 * d.channels), lq = src.ld(), seq = int(d.seq), hd = int(d.hd), ldy = int(dy.stride_0()),
             bs = causal_block(seq);
@@ -127,18 +150,18 @@ void backward_from(const ExecSpace& exec, Precision precision, const Src& src, c
       const auto* v = src.part(b, 2, h);
       T* dv = dqkv.data() + off + 2 * d.channels;
       for (int r0 = 0; r0 < seq; r0 += bs) {  // dP = dY V^T, where P is not masked
-        const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        blas::matmul(exec, precision, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, T(1), dyb + r0 * ldy, ldy, v, lq,
-                     T(0), dp + r0 * seq, seq);
+        const int r1 = r0 + bs < seq ? r0 + bs : seq, k0 = band_first(r0, window);
+        blas::matmul(exec, precision, blas::Op::N, blas::Op::T, r1 - r0, r1 - k0, hd, T(1), dyb + r0 * ldy, ldy,
+                     v + k0 * lq, lq, T(0), dp + r0 * seq + k0, seq);
       }
-      for (int c0 = 0; c0 < seq; c0 += bs) {  // dV = P^T dY: keys [c0, c1) are seen by queries [c0, T)
-        const int c1 = c0 + bs < seq ? c0 + bs : seq;
-        blas::matmul(exec, precision, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, T(1), p + c0 * seq + c0,
+      for (int c0 = 0; c0 < seq; c0 += bs) {  // dV = P^T dY: keys [c0, c1) are seen by queries [c0, e)
+        const int c1 = c0 + bs < seq ? c0 + bs : seq, e = band_end(c1, seq, window);
+        blas::matmul(exec, precision, blas::Op::T, blas::Op::N, c1 - c0, hd, e - c0, T(1), p + c0 * seq + c0,
                      seq, dyb + c0 * ldy, ldy, T(0), dv + c0 * ld, ld);
       }
     }
-  // dS = P (dP - rowsum(P dP)), in place of dP; zero above the diagonal.
-  const Index rows = d.batch * d.heads * d.seq, n = d.seq;
+  // dS = P (dP - rowsum(P dP)), in place of dP; zero above the diagonal and left of the window.
+  const Index rows = d.batch * d.heads * d.seq, n = d.seq, w = window;
   const T* pb = att.data();
   T* db = dscores.data();
   Kokkos::parallel_for(
@@ -146,12 +169,13 @@ void backward_from(const ExecSpace& exec, Precision precision, const Src& src, c
       KOKKOS_LAMBDA(const Index r) {
         const T* p = pb + r * n;
         T* g = db + r * n;
-        const Index i = r % n;
+        const Index i = r % n, lo = kernels::window_first_key(i, w);
         T dot = T(0);
         TESSERA_SIMD_REDUCTION(+ : dot)
-        for (Index j = 0; j <= i; ++j) dot += p[j] * g[j];
+        for (Index j = lo; j <= i; ++j) dot += p[j] * g[j];
         TESSERA_SIMD
-        for (Index j = 0; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
+        for (Index j = lo; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
+        for (Index j = 0; j < lo; ++j) g[j] = T(0);
         for (Index j = i + 1; j < n; ++j) g[j] = T(0);
       });
   // dQ = scale dS K, dK = scale dS^T Q.
@@ -164,13 +188,13 @@ void backward_from(const ExecSpace& exec, Precision precision, const Src& src, c
       T* dq = dqkv.data() + off;
       T* dk = dq + d.channels;
       for (int r0 = 0; r0 < seq; r0 += bs) {  // dQ = scale dS K
-        const int r1 = r0 + bs < seq ? r0 + bs : seq;
-        blas::matmul(exec, precision, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, scale, ds + r0 * seq, seq, k, lq,
-                     T(0), dq + r0 * ld, ld);
+        const int r1 = r0 + bs < seq ? r0 + bs : seq, k0 = band_first(r0, window);
+        blas::matmul(exec, precision, blas::Op::N, blas::Op::N, r1 - r0, hd, r1 - k0, scale, ds + r0 * seq + k0, seq,
+                     k + k0 * lq, lq, T(0), dq + r0 * ld, ld);
       }
       for (int c0 = 0; c0 < seq; c0 += bs) {  // dK = scale dS^T Q
-        const int c1 = c0 + bs < seq ? c0 + bs : seq;
-        blas::matmul(exec, precision, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, scale, ds + c0 * seq + c0,
+        const int c1 = c0 + bs < seq ? c0 + bs : seq, e = band_end(c1, seq, window);
+        blas::matmul(exec, precision, blas::Op::T, blas::Op::N, c1 - c0, hd, e - c0, scale, ds + c0 * seq + c0,
                      seq, q + c0 * lq, lq, T(0), dk + c0 * ld, ld);
       }
     }
@@ -180,15 +204,15 @@ void backward_from(const ExecSpace& exec, Precision precision, const Src& src, c
 
 template <class T>
 void attention_forward(const ExecSpace& exec, Precision p, const MatrixU<const T>& qkv, const MatrixU<T>& y,
-                       const AttentionScores<T>& att) {
-  forward_from(exec, p, FusedQkv<T>{qkv.data(), dims_of(qkv, att)}, y, att);
+                       const AttentionScores<T>& att, int window) {
+  forward_from(exec, p, FusedQkv<T>{qkv.data(), dims_of(qkv, att)}, y, att, checked_window(window));
 }
 
 template <class T>
 void attention_backward(const ExecSpace& exec, Precision p, const MatrixU<const T>& qkv,
                         const AttentionScores<T>& att, const MatrixU<const T>& dy,
-                        const MatrixU<T>& dqkv, const AttentionScores<T>& dscores) {
-  backward_from(exec, p, FusedQkv<T>{qkv.data(), dims_of(qkv, att)}, att, dy, dqkv, dscores);
+                        const MatrixU<T>& dqkv, const AttentionScores<T>& dscores, int window) {
+  backward_from(exec, p, FusedQkv<T>{qkv.data(), dims_of(qkv, att)}, att, dy, dqkv, dscores, checked_window(window));
 }
 
 namespace {
@@ -220,6 +244,14 @@ struct Bf16Layout {
 KOKKOS_INLINE_FUNCTION Index masked_end(Index i, Index n) {
   const Index end = (i + 16) / 16 * 16;
   return end < n ? end : n;
+}
+
+/// Where it starts: the window's first key rounded down to a multiple of 16 (0 without a window).
+/// The products of i's block computed the entries from there on (band_first with align 16), and
+/// those before the window are masked out.
+constexpr int bf16_chunk = 16;
+KOKKOS_INLINE_FUNCTION Index masked_begin(Index i, Index window) {
+  return kernels::window_first_key(i, window) / bf16_chunk * bf16_chunk;
 }
 
 // f(j) for j in [0, end) as chunks of 16 lanes, each a fixed-length loop that the compiler turns
@@ -315,36 +347,40 @@ void qkv_to_bf16(const ExecSpace& exec, const MatrixU<const std::uint16_t>& qkv,
 }
 
 void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, const MatrixU<std::uint16_t>& y16,
-                            const AttentionScores<std::uint16_t>& att16) {
+                            const AttentionScores<std::uint16_t>& att16, int window) {
   const Bf16Layout l{dims_of(Index(y16.extent(0)), Index(y16.extent(1)), att16), std::int64_t(y16.stride_0()), 0};
-  const int seq = int(l.d.seq), hd = int(l.d.hd), bs = causal_block(seq), ldy = int(l.ldy);
+  const int seq = int(l.d.seq), hd = int(l.d.hd), bs = causal_block(seq), ldy = int(l.ldy), w = checked_window(window);
   const float scale = 1.0f / math::sqrt(float(hd));
   std::uint16_t* s = att16.data();
-  for (int r0 = 0; r0 < seq; r0 += bs) {  // S = scale Q K^T, rows [r0, r1) against keys [0, r1)
-    const int r1 = r0 + bs < seq ? r0 + bs : seq;
-    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, scale,
-                         qkv16 + l.part(0) + r0 * hd, hd, qkv16 + l.part(1), hd, s + r0 * seq, seq,
+  for (int r0 = 0; r0 < seq; r0 += bs) {  // S = scale Q K^T, rows [r0, r1) against keys [k0, r1)
+    const int r1 = r0 + bs < seq ? r0 + bs : seq, k0 = band_first(r0, w, bf16_chunk);
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::T, r1 - r0, r1 - k0, hd, scale,
+                         qkv16 + l.part(0) + r0 * hd, hd, qkv16 + l.part(1) + k0 * hd, hd, s + r0 * seq + k0, seq,
                          l.batch(l.heads(), l.heads(), l.scores()));
   }
   // Causal softmax of every row in place, fp32 arithmetic on the bf16 scores; zero above the
-  // diagonal; each probability rounded to bf16 once. A row's exponentials are kept in fp32 on
-  // the stack between the sum and the output where the row fits (up to exps_kept keys), else
-  // computed again for the output (the same values).
-  const Index rows = l.d.batch * l.d.heads * l.d.seq, n = l.d.seq;
+  // diagonal and left of the window; each probability rounded to bf16 once. The row is read in
+  // chunks of 16 from masked_begin to masked_end. A row's exponentials are kept in fp32 on the
+  // stack between the sum and the output where the row fits (up to exps_kept keys), else computed
+  // again for the output (the same values).
+  const Index rows = l.d.batch * l.d.heads * l.d.seq, n = l.d.seq, wn = w;
   Kokkos::parallel_for(
       "tessera::nn::attention_forward_bf16::softmax", range(exec, rows), KOKKOS_LAMBDA(const Index r) {
-        std::uint16_t* p = s + r * n;
-        const Index i = r % n, end = masked_end(i, n);
-        // keep: 1 on and below the diagonal, 0 past it. Past the diagonal the exponent is clamped
-        // to <= 0 (a no-op below it, where m is the maximum), so masked entries stay finite.
+        const Index i = r % n, begin = masked_begin(i, wn), end = masked_end(i, n) - begin;
+        const Index lo = kernels::window_first_key(i, wn) - begin, last = i - begin;
+        std::uint16_t* row = s + r * n;
+        std::uint16_t* p = row + begin;  // p[j]: key begin + j
+        // keep: 1 in the window (lo to the diagonal), 0 outside it. Outside it the exponent is
+        // clamped to <= 0 (a no-op inside, where m is the maximum), so masked entries stay finite.
         const float lowest = -3.4028235e38f;
+        const auto keep = [&](Index j) { return float(j >= lo && j <= last); };
         const float m = max_in_chunks(end, lowest, [&](Index j) {
-          const float keep = float(j <= i);
-          return kernels::from_bf16_bits(p[j]) * keep + lowest * (1.0f - keep);
+          const float k = keep(j);
+          return kernels::from_bf16_bits(p[j]) * k + lowest * (1.0f - k);
         });
         const auto e = [&](Index j) {
           const float x = kernels::from_bf16_bits(p[j]) - m;
-          return math::vexp(x < 0.0f ? x : 0.0f) * float(j <= i);
+          return math::vexp(x < 0.0f ? x : 0.0f) * keep(j);
         };
         if (end <= exps_kept) {
           float kept[exps_kept];
@@ -354,77 +390,85 @@ void attention_forward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16, c
           const float inv = 1.0f / sum_in_chunks(end, e);
           each_in_chunks(end, [&](Index j) { p[j] = kernels::to_bf16_bits(e(j) * inv); });
         }
-        for (Index j = end; j < n; ++j) p[j] = 0;
+        for (Index j = 0; j < begin; ++j) row[j] = 0;
+        for (Index j = begin + end; j < n; ++j) row[j] = 0;
       });
-  for (int r0 = 0; r0 < seq; r0 += bs) {  // Y = P V: rows [r0, r1) of P are zero from column r1 on
-    const int r1 = r0 + bs < seq ? r0 + bs : seq;
-    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, 1.0f, s + r0 * seq, seq,
-                         qkv16 + l.part(2), hd, y16.data() + r0 * ldy, ldy, l.batch(l.scores(), l.heads(), l.rows_y()));
+  for (int r0 = 0; r0 < seq; r0 += bs) {  // Y = P V: rows [r0, r1) of P are zero outside columns [k0, r1)
+    const int r1 = r0 + bs < seq ? r0 + bs : seq, k0 = band_first(r0, w, bf16_chunk);
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::N, r1 - r0, hd, r1 - k0, 1.0f,
+                         s + r0 * seq + k0, seq, qkv16 + l.part(2) + k0 * hd, hd, y16.data() + r0 * ldy, ldy,
+                         l.batch(l.scores(), l.heads(), l.rows_y()));
   }
 }
 
 void attention_backward_bf16(const ExecSpace& exec, const std::uint16_t* qkv16,
                              const AttentionScores<std::uint16_t>& att16, const MatrixU<const std::uint16_t>& dy16,
-                             const MatrixU<std::uint16_t>& dqkv16, const AttentionScores<std::uint16_t>& ds16) {
+                             const MatrixU<std::uint16_t>& dqkv16, const AttentionScores<std::uint16_t>& ds16,
+                             int window) {
   const Bf16Layout l{dims_of(Index(dqkv16.extent(0)), Index(dqkv16.extent(1)) / 3, att16),
                      std::int64_t(dy16.stride_0()), std::int64_t(dqkv16.stride_0())};
   if (Index(dy16.extent(0)) != Index(dqkv16.extent(0)) || Index(dy16.extent(1)) != l.d.channels)
     throw std::invalid_argument("tessera::nn::attention_backward_bf16: expected dy (B*T, C) beside dqkv (B*T, 3C)");
   const int seq = int(l.d.seq), hd = int(l.d.hd), bs = causal_block(seq), ldy = int(l.ldy), ldq = int(l.ldq),
-            C = int(l.d.channels);
+            C = int(l.d.channels), w = checked_window(window);
   const float scale = 1.0f / math::sqrt(float(hd));
   const std::uint16_t* p = att16.data();
   const std::uint16_t* dy = dy16.data();
   std::uint16_t* ds = ds16.data();
   std::uint16_t* dq = dqkv16.data();
   for (int r0 = 0; r0 < seq; r0 += bs) {  // dP = dY V^T, where P is not masked
-    const int r1 = r0 + bs < seq ? r0 + bs : seq;
-    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::T, r1 - r0, r1, hd, 1.0f, dy + r0 * ldy, ldy,
-                         qkv16 + l.part(2), hd, ds + r0 * seq, seq, l.batch(l.rows_y(), l.heads(), l.scores()));
+    const int r1 = r0 + bs < seq ? r0 + bs : seq, k0 = band_first(r0, w, bf16_chunk);
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::T, r1 - r0, r1 - k0, hd, 1.0f, dy + r0 * ldy,
+                         ldy, qkv16 + l.part(2) + k0 * hd, hd, ds + r0 * seq + k0, seq,
+                         l.batch(l.rows_y(), l.heads(), l.scores()));
   }
-  for (int c0 = 0; c0 < seq; c0 += bs) {  // dV = P^T dY: keys [c0, c1) are seen by queries [c0, T)
-    const int c1 = c0 + bs < seq ? c0 + bs : seq;
-    blas::matmul_batched(exec, Precision::bf16, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, 1.0f,
+  for (int c0 = 0; c0 < seq; c0 += bs) {  // dV = P^T dY: keys [c0, c1) are seen by queries [c0, e)
+    const int c1 = c0 + bs < seq ? c0 + bs : seq, e = band_end(c1, seq, w);
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::T, blas::Op::N, c1 - c0, hd, e - c0, 1.0f,
                          p + c0 * seq + c0, seq, dy + c0 * ldy, ldy, dq + 2 * C + c0 * ldq, ldq,
                          l.batch(l.scores(), l.rows_y(), l.rows_q()));
   }
-  // dS = P (dP - rowsum(P dP)) in place of dP, fp32 arithmetic; zero above the diagonal.
-  const Index rows = l.d.batch * l.d.heads * l.d.seq, n = l.d.seq;
+  // dS = P (dP - rowsum(P dP)) in place of dP, fp32 arithmetic; zero above the diagonal and left
+  // of the window.
+  const Index rows = l.d.batch * l.d.heads * l.d.seq, n = l.d.seq, wn = w;
   Kokkos::parallel_for(
       "tessera::nn::attention_backward_bf16::softmax", range(exec, rows), KOKKOS_LAMBDA(const Index r) {
-        const std::uint16_t* pr = p + r * n;
-        std::uint16_t* g = ds + r * n;
-        const Index i = r % n, end = masked_end(i, n);
-        // Past the diagonal P is zero, so those entries add nothing to the sum and come out zero.
+        const Index i = r % n, begin = masked_begin(i, wn), end = masked_end(i, n) - begin;
+        const std::uint16_t* pr = p + r * n + begin;  // pr[j], g[j]: key begin + j
+        std::uint16_t* row = ds + r * n;
+        std::uint16_t* g = row + begin;
+        // Outside the window P is zero, so those entries add nothing to the sum and come out zero.
         const float dot = sum_in_chunks(
             end, [&](Index j) { return kernels::from_bf16_bits(pr[j]) * kernels::from_bf16_bits(g[j]); });
         each_in_chunks(end, [&](Index j) {
           g[j] = kernels::to_bf16_bits(kernels::from_bf16_bits(pr[j]) * (kernels::from_bf16_bits(g[j]) - dot));
         });
-        for (Index j = end; j < n; ++j) g[j] = 0;
+        for (Index j = 0; j < begin; ++j) row[j] = 0;
+        for (Index j = begin + end; j < n; ++j) row[j] = 0;
       });
   for (int r0 = 0; r0 < seq; r0 += bs) {  // dQ = scale dS K
-    const int r1 = r0 + bs < seq ? r0 + bs : seq;
-    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::N, r1 - r0, hd, r1, scale, ds + r0 * seq,
-                         seq, qkv16 + l.part(1), hd, dq + r0 * ldq, ldq, l.batch(l.scores(), l.heads(), l.rows_q()));
+    const int r1 = r0 + bs < seq ? r0 + bs : seq, k0 = band_first(r0, w, bf16_chunk);
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::N, blas::Op::N, r1 - r0, hd, r1 - k0, scale,
+                         ds + r0 * seq + k0, seq, qkv16 + l.part(1) + k0 * hd, hd, dq + r0 * ldq, ldq,
+                         l.batch(l.scores(), l.heads(), l.rows_q()));
   }
   for (int c0 = 0; c0 < seq; c0 += bs) {  // dK = scale dS^T Q
-    const int c1 = c0 + bs < seq ? c0 + bs : seq;
-    blas::matmul_batched(exec, Precision::bf16, blas::Op::T, blas::Op::N, c1 - c0, hd, seq - c0, scale,
+    const int c1 = c0 + bs < seq ? c0 + bs : seq, e = band_end(c1, seq, w);
+    blas::matmul_batched(exec, Precision::bf16, blas::Op::T, blas::Op::N, c1 - c0, hd, e - c0, scale,
                          ds + c0 * seq + c0, seq, qkv16 + l.part(0) + c0 * hd, hd, dq + C + c0 * ldq, ldq,
                          l.batch(l.scores(), l.heads(), l.rows_q()));
   }
 }
 
 template void attention_forward<float>(const ExecSpace&, Precision, const MatrixU<const float>&,
-                                       const MatrixU<float>&, const AttentionScores<float>&);
+                                       const MatrixU<float>&, const AttentionScores<float>&, int);
 template void attention_forward<double>(const ExecSpace&, Precision, const MatrixU<const double>&,
-                                        const MatrixU<double>&, const AttentionScores<double>&);
+                                        const MatrixU<double>&, const AttentionScores<double>&, int);
 template void attention_backward<float>(const ExecSpace&, Precision, const MatrixU<const float>&,
                                         const AttentionScores<float>&, const MatrixU<const float>&,
-                                        const MatrixU<float>&, const AttentionScores<float>&);
+                                        const MatrixU<float>&, const AttentionScores<float>&, int);
 template void attention_backward<double>(const ExecSpace&, Precision, const MatrixU<const double>&,
                                          const AttentionScores<double>&, const MatrixU<const double>&,
-                                         const MatrixU<double>&, const AttentionScores<double>&);
+                                         const MatrixU<double>&, const AttentionScores<double>&, int);
 
 }  // namespace tessera::nn

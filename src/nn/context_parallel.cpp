@@ -2,7 +2,8 @@
 // all-to-all form (DeepSpeed Ulysses; the ring's is nn/context_ring.cpp): each rank of a context group holds T/sp positions of every
 // sequence for every activation. Around the attention, one all-to-all regroups q, k and v from
 // (all heads, the rank's positions) to (heads/sp of them, every position), the attention runs on
-// whole sequences as without context parallelism (causal, the same kernels), and a second
+// whole sequences as without context parallelism (causal, under the model's sliding window if it
+// has one: the same kernels, the window over the sequence's positions), and a second
 // all-to-all returns y to the positions. Backward mirrors it: dy to heads, the attention's
 // backward, dq, dk, dv back to positions. Bytes per rank and block: 3 C/tp (T/sp) forward in, C/tp
 // (T/sp) out, the same again backward, each (sp - 1)/sp of it crossing ranks.
@@ -77,8 +78,8 @@ void Gpt<T>::attend(const ExecSpace& exec, const MatrixU<const T>& qkv, const Ma
   }
   const AttentionScores<T> att = batch_scores(a.att, batch);
   if (part_.sp == 1) {
-    if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att);
-    else attention_forward<T>(exec, part_.precision, qkv, y, att);
+    if constexpr (fused_attention) fused_attention_forward<T>(exec, qkv, y, att, shape_.window);
+    else attention_forward<T>(exec, part_.precision, qkv, y, att, shape_.window);
     return;
   }
   // Whole sequences of heads/sp heads: (B T, 3 C/(tp sp)) in a.qkv (backward reads it), y
@@ -87,7 +88,7 @@ void Gpt<T>::attend(const ExecSpace& exec, const MatrixU<const T>& qkv, const Ma
   const std::size_t width = std::size_t(att_heads_) * std::size_t(hd_);
   const MatrixU<T> gathered(a.qkv.data(), whole, 3 * width), yg(cp_y_.data(), whole, width);
   regroup(exec, qkv.data(), gathered.data(), batch, 3, /*to_heads=*/true);
-  attention_forward<T>(exec, part_.precision, MatrixU<const T>(gathered), yg, att);
+  attention_forward<T>(exec, part_.precision, MatrixU<const T>(gathered), yg, att, shape_.window);
   regroup(exec, yg.data(), y.data(), batch, 1, /*to_heads=*/false);
 }
 
@@ -102,8 +103,8 @@ void Gpt<T>::attend_backward(const ExecSpace& exec, const Acts& a, const MatrixU
   const std::size_t tokens = std::size_t(batch) * std::size_t(seq_);
   if (part_.sp == 1) {
     const MatrixU<const T> qkv = first_rows(a.qkv, tokens);
-    if constexpr (fused_attention) fused_attention_backward<T>(exec, qkv, att, dy, dqkv, ds);
-    else attention_backward<T>(exec, part_.precision, qkv, att, dy, dqkv, ds);
+    if constexpr (fused_attention) fused_attention_backward<T>(exec, qkv, att, dy, dqkv, ds, shape_.window);
+    else attention_backward<T>(exec, part_.precision, qkv, att, dy, dqkv, ds, shape_.window);
     return;
   }
   const std::size_t whole = std::size_t(batch) * std::size_t(shape_.context);
@@ -111,7 +112,7 @@ void Gpt<T>::attend_backward(const ExecSpace& exec, const Acts& a, const MatrixU
   const MatrixU<const T> gathered(a.qkv.data(), whole, 3 * width);
   const MatrixU<T> dyg(cp_y_.data(), whole, width), dg(cp_qkv_.data(), whole, 3 * width);
   regroup(exec, dy.data(), dyg.data(), batch, 1, /*to_heads=*/true);
-  attention_backward<T>(exec, part_.precision, gathered, att, MatrixU<const T>(dyg), dg, ds);
+  attention_backward<T>(exec, part_.precision, gathered, att, MatrixU<const T>(dyg), dg, ds, shape_.window);
   regroup(exec, dg.data(), dqkv.data(), batch, 3, /*to_heads=*/false);
 }
 

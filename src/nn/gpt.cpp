@@ -84,6 +84,8 @@ Gpt<T>::Gpt(ParamStore<T>& store, const GptShape& shape, Part part)
     throw InputError(fmt::format("model.width: {} / model.heads = {} wide heads; the fused attention of a "
                                  "GPU build takes heads up to {} wide: set more model.heads",
                                  C, C / shape_.heads, fused_attention_max_head_width));
+  if (shape_.window < 0)
+    throw std::invalid_argument(fmt::format("tessera::nn::Gpt: a window of {} positions", shape_.window));
   heads_local_ = shape_.heads / tp;
   hd_ = C / shape_.heads;
   const int sp = part_.sp;
@@ -550,7 +552,7 @@ void Gpt<T>::block_forward_as(const ExecSpace& exec, const Block& b, const Matri
     const MatrixU<std::uint16_t> qkv16 = r(dqkv16_), fc16 = r(dh16_);
     b.qkv.forward_bf16(exec, Bf16Matrix(ln1), qkv16);
     qkv_to_bf16(exec, Bf16Matrix(qkv16), heads_local_, seq_, a.qkv16.data());
-    attention_forward_bf16(exec, a.qkv16.data(), y, batch_scores(a.att16, batch));
+    attention_forward_bf16(exec, a.qkv16.data(), y, batch_scores(a.att16, batch), shape_.window);
     residual_forward_bf16(exec, b.proj, Bf16Matrix(y), x, x1, r(dy16_));
     kernels::layernorm_forward(exec, MatrixU<const T>(x1), store_->value(b.ln2_w), store_->value(b.ln2_b),
                                ln2, first(a.mean2, std::size_t(tokens)), first(a.rstd2, std::size_t(tokens)));
@@ -632,7 +634,7 @@ void Gpt<T>::block_backward_as(const ExecSpace& exec, const Block& b, const Matr
     // Attention sub-block.
     b.proj.backward_bf16(exec, Bf16Matrix(r(a.y16)), MatrixU<const T>(d1), dy16);
     attention_backward_bf16(exec, a.qkv16.data(), batch_scores(a.att16, batch), dy16, dqkv16,
-                            batch_scores(dscores16_, batch));
+                            batch_scores(dscores16_, batch), shape_.window);
     kernels::bias_backward(exec, dqkv16, store_->grad(b.qkv.bias_index()));
     column_backward(b.qkv, r(a.ln1_16), dqkv16, x, b.ln1_w, b.ln1_b, a.mean1, a.rstd1, dres, d1);
   } else {

@@ -29,6 +29,9 @@
 //
 // Activations: with recompute off, a slot keeps every block's intermediate tensors; with it on,
 // only each block's input, and backward recomputes the block's forward into one shared set.
+// Sliding-window attention (GptShape::window = W, either family): position i attends to the keys
+// i - W < j <= i only (Mistral's sliding_window); the attention's products skip what no row sees.
+//
 // The Llama family (GptShape::llama; docs/models.md gives every formula): the same skeleton with
 // RMSNorm (no biases anywhere), no position embedding but rotary embeddings of q and k
 // (kernels/rope.hpp: Hugging Face's half-split rotate_half), grouped-query attention (kv_heads
@@ -77,7 +80,10 @@ struct GptShape {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;  ///< llama: RMSNorm's epsilon
   bool tied = true;        ///< the head is wte (else lm_head.weight; llama only)
-  int window = 0;          ///< sliding-window attention over the last `window` positions; 0: causal
+  /// Sliding-window attention (model.window): each position attends to itself and the window - 1
+  /// before it; 0 (or at least the context: core/config.hpp attention_window makes it 0): every
+  /// earlier position.
+  int window = 0;
 };
 
 /// One point-to-point transfer of a context group (Gpt::Part::messages): n elements of data to

@@ -63,7 +63,7 @@ void Gpt<T>::llama_forward_as(const ExecSpace& exec, const Block& b, const Matri
     b.v->forward_bf16(exec, Bf16Matrix(ln1), qkv[2]);
     kernels::rope_expand<float>(exec, qkv[0], qkv[1], qkv[2], rope_cos_, rope_sin_, Hl, KVl, seq,
                                 kernels::HeadBlocks{a.qkv16.data(), Hl, Index(hd_), seq}, pos_);
-    attention_forward_bf16(exec, a.qkv16.data(), y, batch_scores(a.att16, batch));
+    attention_forward_bf16(exec, a.qkv16.data(), y, batch_scores(a.att16, batch), shape_.window);
     const auto residual = [&](const Linear<T>& l, const MatrixU<std::uint16_t>& in, const MatrixU<const T>& res,
                               const MatrixU<T>& o) {
       if (l.split() == Split::row) {  // a partial product, summed over the tensor group in fp32
@@ -141,7 +141,7 @@ void Gpt<T>::llama_backward_as(const ExecSpace& exec, const Block& b, const Matr
     kernels::rmsnorm_backward(exec, r(a.x1), store_->value(b.ln2_w), rstd2, dln, d1, store_->grad(b.ln2_w), dres);
     b.proj.backward_bf16(exec, Bf16Matrix(r(a.y16)), MatrixU<const T>(d1), dy);
     attention_backward_bf16(exec, a.qkv16.data(), batch_scores(a.att16, batch), dy, dqkv,
-                            batch_scores(dscores16_, batch));
+                            batch_scores(dscores16_, batch), shape_.window);
     const auto dc = parts(qkvc16_.data(), tokens, {qw, kw, kw});
     kernels::rope_reduce<float>(exec, kernels::FusedHeads<MatrixU<std::uint16_t>>{dqkv, Hl, Index(hd_)}, rope_cos_,
                                 rope_sin_, Hl, KVl, seq, dc[0], dc[1], dc[2], pos_);

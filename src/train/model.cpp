@@ -218,6 +218,7 @@ nn::GptShape gpt_shape(const Config& cfg, const ModelShape& shape) {
                                  cfg.parallel.tensor, shape.outputs));
   nn::GptShape g{static_cast<int>(shape.outputs), cfg.model.context, cfg.model.width, cfg.model.heads,
                  cfg.model.layers, cfg.model.gelu_approximate == GeluApproximate::tanh};
+  g.window = attention_window(cfg.model);
   if (cfg.model.kind == ModelKind::llama) {
     g.llama = true;
     g.kv_heads = cfg.model.kv_heads_or_heads();
@@ -305,16 +306,18 @@ std::string describe_model(const Config& cfg, const ModelShape& shape) {
                                                fmt::join(n.in_mean, ", "), fmt::join(n.in_std, ", "),
                                                fmt::join(n.out_mean, ", "), fmt::join(n.out_std, ", ")));
   }
+  const int w = attention_window(cfg.model);
+  const std::string window = w > 0 ? fmt::format(" (sliding window {})", w) : std::string();
   if (cfg.model.kind == ModelKind::llama)
-    return fmt::format("llama {} blocks x {} heads ({} key/value), width {}, SwiGLU {}, context {}, vocabulary {}, "
+    return fmt::format("llama {} blocks x {} heads ({} key/value), width {}, SwiGLU {}, context {}{}, vocabulary {}, "
                        "RoPE theta {}, RMSNorm eps {}, {} head{}",
                        cfg.model.layers, cfg.model.heads, cfg.model.kv_heads_or_heads(), cfg.model.width,
-                       cfg.model.ffn_width_or_default(), cfg.model.context, shape.outputs, cfg.model.rope_theta,
-                       cfg.model.norm_eps, cfg.model.tie_embeddings ? "tied" : "untied",
+                       cfg.model.ffn_width_or_default(), cfg.model.context, window, shape.outputs,
+                       cfg.model.rope_theta, cfg.model.norm_eps, cfg.model.tie_embeddings ? "tied" : "untied",
                        cfg.train.recompute ? ", recomputing each block in backward" : "");
   if (cfg.model.kind == ModelKind::gpt)
-    return fmt::format("gpt {} blocks x {} heads, width {}, context {}, vocabulary {}{}", cfg.model.layers,
-                       cfg.model.heads, cfg.model.width, cfg.model.context, shape.outputs,
+    return fmt::format("gpt {} blocks x {} heads, width {}, context {}{}, vocabulary {}{}", cfg.model.layers,
+                       cfg.model.heads, cfg.model.width, cfg.model.context, window, shape.outputs,
                        cfg.train.recompute ? ", recomputing each block in backward" : "");
   if (cfg.model.kind == ModelKind::cnn)
     return fmt::format("cnn {} -> conv{}x{} [{}] (ReLU, 2x2 max-pool each) -> linear [{}{}{}]",

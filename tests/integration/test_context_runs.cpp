@@ -19,17 +19,25 @@ namespace {
 // the attention regroups by heads through all-to-alls, nn/context_parallel.cpp, or passes keys
 // and values around a ring, nn/context_ring.cpp): the gpt at C = 2 and 4, the llama at C = 2 with
 // tensor 2, with pipeline 2 and recomputation and micro-batches, and with data 2 and ZeRO 3: the
-// one-rank losses within 1e-5 and its parameters; under bf16 (fp32 activations, bf16 products)
+// one-rank losses within 1e-5 and its parameters, also under a sliding window of 12 (the
+// all-to-all at C = 2, the ring's halo at C = 2 and 4: two ranks back); under bf16 (fp32 activations, bf16 products)
 // within 1e-3 of fp32. A checkpoint written by the ring at C = 4 resumes on one rank to the
 // one-rank run.
 TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
   struct Case {
     int ranks;
     bool llama;
-    std::string args, name;
+    std::string args, name, ref = {};  // ref: the one-rank run, where not the gpt's or the llama's
   };
   const std::string ref_llama = fresh_dir("cp_llama_ref");
   ASSERT_EQ(tessera(1, llama_args(ref_llama)).exit_code, 0);
+  // A sliding window of 12 (of 32) positions: 11 keys back, so at C = 4 (8 positions per rank)
+  // the ring's halo comes from two ranks back.
+  const std::string window = "--set model.window=12", ref_window = fresh_dir("cp_window_ref");
+  ASSERT_EQ(tessera(1, gpt_args(ref_window, window)).exit_code, 0);
+  const double window_moved = max_relative_difference(train_losses(reference()), train_losses(ref_window));
+  std::printf("window 12: largest relative loss difference from full attention %.3g\n", window_moved);
+  EXPECT_GT(window_moved, 1e-4);  // a window that did nothing: 0
   // Both forms: the all-to-all (the default) and the ring (head and tail chunks), each alone at
   // C = 2 and 4 and with tensor, pipeline (recompute, micro-batches) and data (ZeRO 3).
   const std::string ring = " --set parallel.context_comm=ring";
@@ -47,11 +55,15 @@ TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
        "llama_p2c2_recompute_ring"},
       {4, true, layout(2, 1, 1) + " --set parallel.spatial=2 --set parallel.zero=3", "llama_d2c2_zero3"},
       {4, true, layout(2, 1, 1) + " --set parallel.spatial=2 --set parallel.zero=3" + ring, "llama_d2c2_zero3_ring"},
+      {2, false, window + " --set parallel.spatial=2", "gpt_window12_c2", ref_window},
+      {2, false, window + " --set parallel.spatial=2" + ring, "gpt_window12_c2_halo", ref_window},
+      {4, false, window + " --set parallel.spatial=4" + ring, "gpt_window12_c4_halo", ref_window},
   };
   std::string gpt_c4_ring;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string dir = fresh_dir("cp_" + c.name), ref = c.llama ? ref_llama : reference();
+    const std::string dir = fresh_dir("cp_" + c.name),
+                      ref = !c.ref.empty() ? c.ref : c.llama ? ref_llama : reference();
     if (c.name == "gpt_c4_ring") gpt_c4_ring = dir;
     const RunResult r = tessera(c.ranks, c.llama ? llama_args(dir, c.args) : gpt_args(dir, c.args));
     ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -211,7 +211,8 @@ TEST(Import, Gpt2ModelNamesAndItsConfigAreReadAsPublished) {
   const RunResult d = tessera(1, fmt::format("diff {} {} --model-only --tolerance 0", ckpt(gpt_tanh_run(), 10), back));
   EXPECT_EQ(d.exit_code, 0) << d.output;
 
-  // The deck's exact GELU against config.json's "gelu_new"; a wider deck; a head that is not tied.
+  // The deck's exact GELU against config.json's "gelu_new"; a wider deck; a window GPT-2 has not; a head
+  // that is not tied.
   const std::string refused = dir + "/refused.h5";
   const auto import_as = [&](const std::string& deck) {
     return tessera(1, fmt::format("import {}/model.safetensors --deck {} --out {}", dir, deck, refused));
@@ -219,6 +220,8 @@ TEST(Import, Gpt2ModelNamesAndItsConfigAreReadAsPublished) {
   expect_input_error(import_as(gpt_deck()), "config.json: activation_function = \"gelu_new\" (the tanh GELU), but the deck");
   expect_input_error(import_as(gpt_deck() + " --set model.gelu_approximate=tanh --set model.heads=2"),
                      "config.json: n_head = 4, but the deck");
+  expect_input_error(import_as(gpt_tanh_deck() + " --set model.window=8"),
+                     "config.json: GPT2LMHeadModel attends to every earlier position, but the deck");
   bare.back().values[0] += 1.0f;
   io::write_safetensors(dir + "/model.safetensors", bare, {{"format", "pt"}});
   expect_input_error(import_as(gpt_tanh_deck()), "lm_head.weight differs from the token embedding");

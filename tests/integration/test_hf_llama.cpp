@@ -36,6 +36,11 @@ RunResult direct(const std::string& args) {
                            TESSERA_BINARY, args));
 }
 
+// True where `python` imports what tools/load_export.py needs for a Hugging Face directory.
+bool has_transformers(const std::string& python) {
+  return shell(fmt::format("{} -c 'import torch, transformers, h5py, numpy' 2>/dev/null", python)).exit_code == 0;
+}
+
 std::string prepared(const std::string& name, const std::string& files) {
   const std::string out = fresh_dir(name) + "/data.h5";
   const RunResult r = direct(fmt::format("prepare text --out {} {}", out, files));
@@ -343,6 +348,110 @@ TEST(HfLlama, BadFilesConfigsAndNamingsAreOneLineAndWriteNothing) {
   expect_input_error(direct(fmt::format("export {} --hf-llama --hf-gpt2 --out {}/hf", ckpt(llama_run(), 10), dir)),
                      "excludes");
   EXPECT_FALSE(fs::exists(dir + "/hf"));
+}
+
+// --- Sliding windows: MistralForCausalLM ----------------------------------------------------------
+
+// The llama of llama_deck() under a sliding window of 4 of its 32 positions, 10 steps, and its
+// `export --hf-llama`, once. (Its test loss without the window is 3e-4 higher, relatively: a
+// window of 8 moved it by 9e-5, too close to the 1e-5 below for comfort.)
+std::string window_deck() { return llama_deck() + " --set model.window=4"; }
+
+const std::string& window_run() {
+  static const std::string dir = trained("window_run", window_deck());
+  return dir;
+}
+
+const std::string& window_export() {
+  static const std::string dir = [] {
+    const std::string out = fresh_dir("window_export") + "/mistral-hf";
+    const RunResult r = direct(fmt::format("export {} --hf-llama --out {}", ckpt(window_run(), 10), out));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return out;
+  }();
+  return dir;
+}
+
+// LlamaForCausalLM has no sliding window; MistralForCausalLM is a llama with one (the same tensor
+// names): a window llama exports as that, config.json's sliding_window the deck's window, and
+// imports back bit for bit. A window deck and a config without that window refuse each other, both
+// ways; a gpt with a window has no Hugging Face form (GPT2LMHeadModel attends to every position).
+TEST(HfLlama, WindowModelExportsAsMistralAndImportsBackBitForBit) {
+  const std::string hf = window_export();
+  const auto config = nlohmann::json::parse(read_file(hf + "/config.json"));
+  EXPECT_EQ(config["architectures"], nlohmann::json::array({"MistralForCausalLM"}));
+  EXPECT_EQ(config["model_type"], "mistral");
+  EXPECT_EQ(config["sliding_window"], 4);
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  EXPECT_EQ(config["max_position_embeddings"], 32);
+  EXPECT_FALSE(config.contains("attention_bias") || config.contains("mlp_bias")) << config.dump();
+  const auto json = nlohmann::json::parse(read_file(hf + "/tessera.json"));
+  EXPECT_EQ(json["window"], 4);
+  EXPECT_EQ(nlohmann::json::parse(read_file(hf_export() + "/tessera.json"))["window"], 0);
+
+  const std::string dir = fresh_dir("window_back");
+  const RunResult r = direct(fmt::format("import {} --deck {} --out {}/back.h5", hf, window_deck(), dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("context 32 (sliding window 4)"), std::string::npos) << r.output;
+  expect_same_model(ckpt(window_run(), 10), dir + "/back.h5");
+  const std::string loss = eval_loss(window_deck(), ckpt(window_run(), 10));
+  EXPECT_EQ(eval_loss(window_deck(), dir + "/back.h5"), loss);
+  EXPECT_NE(eval_loss(llama_deck(), dir + "/back.h5"), loss);  // the window is part of the model
+
+  const std::string refused = dir + "/refused.h5";
+  expect_input_error(direct(fmt::format("import {} --deck {} --out {}", hf, llama_deck(), refused)),
+                     "config.json: sliding_window = 4, but the deck");
+  expect_input_error(direct(fmt::format("import {} --deck {} --out {}", hf_export(), window_deck(), refused)),
+                     "config.json: a Llama (no sliding window), but the deck");
+  const std::string gpt = trained("gpt_window_run", fmt::format("{}/tests/integration/gpt_test.toml --set data.path={} "
+                                                                "--set model.width=32 --set model.window=8",
+                                                                kSource, corpus()), 1);
+  expect_input_error(direct(fmt::format("export {} --hf-gpt2 --out {}/gpt-hf", ckpt(gpt, 1), dir)),
+                     "--hf-gpt2: the model attends through a sliding window of 8 positions");
+  EXPECT_FALSE(fs::exists(refused) || fs::exists(dir + "/gpt-hf"));
+}
+
+// transformers itself (a Python with torch and transformers, TESSERA_HF_PYTHON: not Debian's, so
+// this case may skip, in its `.hardware` entry) loads the Mistral export with from_pretrained and
+// gives `tessera eval`'s loss within 1e-5 and `tessera generate`'s greedy text byte for byte; the
+// same tensors read as a LlamaForCausalLM (no window) do not.
+TEST(HfLlama, WindowModelInTransformersGivesTesseraLossAndGreedyText) {
+  const std::string python = TESSERA_HF_PYTHON;
+  if (!has_transformers(python))
+    GTEST_SKIP() << python << " cannot import torch, transformers and h5py (bench/peer_venv.sh, then "
+                 << ".venv/bin/pip install transformers; or configure with -DTESSERA_HF_PYTHON=...)";
+  const std::string hf = window_export();
+  const std::string loss = eval_loss(window_deck(), ckpt(window_run(), 10));
+  const auto load_export = [&](const std::string& args) {
+    return shell(fmt::format("{} {}/tools/load_export.py {}", python, kSource, args));
+  };
+  const RunResult e = load_export(fmt::format("eval {} --data {} --expect-loss {} --rtol 1e-5", hf, corpus(), loss));
+  EXPECT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("MistralForCausalLM in float64"), std::string::npos) << e.output;
+
+  // Greedy text, the prompt's bytes and 30 new ones: the same bytes from both.
+  const std::string text = fresh_dir("window_generate");
+  const std::string prompt = "--prompt 'The checkpoint' --tokens 30";
+  const RunResult g = direct(fmt::format("generate {} --checkpoint {} {} --temperature 0 > {}/tessera.txt",
+                                         window_deck(), ckpt(window_run(), 10), prompt, text));
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  const RunResult h = shell(fmt::format("{} {}/tools/load_export.py hf-generate {} {} > {}/transformers.txt", python,
+                                        kSource, hf, prompt, text));
+  ASSERT_EQ(h.exit_code, 0) << h.output;
+  EXPECT_EQ(read_file(text + "/transformers.txt"), read_file(text + "/tessera.txt"));
+  EXPECT_EQ(read_file(text + "/tessera.txt").size(), std::string("The checkpoint").size() + 30 + 1);
+
+  // The same tensors as a Llama: transformers' full attention is not the model.
+  const std::string llama = fresh_dir("window_as_llama");
+  for (const char* f : {"model.safetensors", "config.json"}) fs::copy_file(hf + "/" + f, llama + "/" + f);
+  auto config = nlohmann::json::parse(read_file(llama + "/config.json"));
+  config["architectures"] = {"LlamaForCausalLM"};
+  config["model_type"] = "llama";
+  config.erase("sliding_window");
+  std::ofstream(llama + "/config.json") << config.dump(2);
+  const RunResult l = load_export(fmt::format("eval {} --data {} --expect-loss {} --rtol 1e-5", llama, corpus(), loss));
+  EXPECT_EQ(l.exit_code, 1) << l.output;
+  EXPECT_NE(l.output.find("relative difference"), std::string::npos) << l.output;
 }
 
 // --- Models transformers made -----------------------------------------------------------------

@@ -486,6 +486,37 @@ TEST(Layout, ContextParallelismNeedsWhatItsFormNeeds) {
                      {"parallel.context_comm", "model.kind = \"mlp\" has none"});
 }
 
+// model.window: a transformer's, at most its context (as long as it: full attention), with the
+// all-to-all's context parallelism; the ring's halo is not built yet.
+TEST(Layout, SlidingWindowIsATransformersUpToItsContext) {
+  const auto deck = [](const std::string& name, const std::string& kind, const std::string& more) {
+    return load_deck(write_deck(name, "[model]\nkind = \"" + kind + "\"\nheads = 4\nwidth = 32\ncontext = 24\n" +
+                                          more), {});
+  };
+  for (const std::string kind : {"gpt", "llama"}) {
+    SCOPED_TRACE(kind);
+    Config ok = deck("w_ok.toml", kind, "window = 8\n[parallel]\nspatial = 2\n");
+    EXPECT_NO_THROW(tessera::resolve_layout(ok, 2));
+    EXPECT_EQ(ok.model.window, 8);
+    Config whole = deck("w_whole.toml", kind, "window = 24\n");
+    EXPECT_NO_THROW(tessera::resolve_layout(whole, 1));
+    Config longer = deck("w_long.toml", kind, "window = 25\n");
+    expect_input_error([&] { tessera::resolve_layout(longer, 1); },
+                       {"model.window", "25 positions is more than the model.context of 24"});
+    // The ring with a window reads a halo of one block per rank: C divides the context (not 2C).
+    Config ring = deck("w_ring.toml", kind, "window = 8\n[parallel]\nspatial = 8\ncontext_comm = \"ring\"\n");
+    EXPECT_NO_THROW(tessera::resolve_layout(ring, 8));
+    Config causal = deck("w_ring_whole.toml", kind, "window = 24\n[parallel]\nspatial = 8\ncontext_comm = \"ring\"\n");
+    expect_input_error([&] { tessera::resolve_layout(causal, 8); },  // a window of the whole context is causal
+                       {"parallel.spatial", "in 16 equal chunks", "a head and a tail chunk per rank"});
+  }
+  Config mlp = load_deck(write_deck("w_mlp.toml", "[model]\nwindow = 4\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(mlp, 1); },
+                     {"model.window", "model.kind = \"mlp\" has no attention"});
+  Config cnn = load_deck(write_deck("w_cnn.toml", "[model]\nkind = \"cnn\"\nwindow = 4\n"), {});
+  expect_input_error([&] { tessera::resolve_layout(cnn, 1); }, {"model.window", "model.kind = \"cnn\""});
+}
+
 TEST(Layout, VirtualStagesNeedWhatTheInterleavedScheduleNeeds) {
   const std::string mlp = "[model]\nhidden = [64, 64, 64]\n[train]\nglobal_batch = 64\n[parallel]\npipeline = 2\n";
   const auto deck = [&](const std::string& name, const std::string& more) {

@@ -1,8 +1,9 @@
 // The fused attention (kernels/flash_attention.hpp through nn::fused_attention_*) against the
 // one-thread-per-row reference kernels of kernels/attention.hpp: the output, every row's
 // log-sum-exp and the backward's dqkv, in double and in float, at each register width (head
-// widths 4, 16, 24, 64, 128) and at sequence lengths that are and are not multiples of 32. In a
-// GPU build this runs the kernels the GPT runs there; in a CPU build the same kernels on the host.
+// widths 4, 16, 24, 64, 128) and at sequence lengths that are and are not multiples of 32, causal
+// and under sliding windows. In a GPU build this runs the kernels the GPT runs there; in a CPU
+// build the same kernels on the host.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@ using tessera::test::to_host;
 
 struct Case {
   std::size_t batch, heads, seq, channels;
+  int window = 0;  ///< sliding window (0: full causal attention)
 };
 
 /// Largest |a - b| over the largest |b|: 0 where equal.
@@ -57,8 +59,8 @@ void expect_fused_equals_reference(const Case& c, double tol) {
   const Matrix<double> qkv_d = to_device(qkv_h, rows, 3 * C), dy_d = to_device(dy_h, rows, C);
   Matrix<double> y_ref("y_ref", rows, C), d_ref("d_ref", rows, 3 * C);
   kernels::AttentionView<double> p("p", c.batch, c.heads, c.seq, c.seq), ds("ds", c.batch, c.heads, c.seq, c.seq);
-  kernels::attention_forward(exec, qkv_d, y_ref, p);
-  kernels::attention_backward(exec, qkv_d, p, dy_d, d_ref, ds);
+  kernels::attention_forward(exec, qkv_d, y_ref, p, c.window);
+  kernels::attention_backward(exec, qkv_d, p, dy_d, d_ref, ds, c.window);
 
   // Fused, T; outputs poisoned first so that an unwritten element shows.
   const Matrix<T> qkv = to_device(std::vector<T>(qkv_h.begin(), qkv_h.end()), rows, 3 * C);
@@ -68,8 +70,8 @@ void expect_fused_equals_reference(const Case& c, double tol) {
   Kokkos::deep_copy(d, T(NAN));
   kernels::AttentionView<T> stats("stats", c.batch, c.heads, c.seq, 1), dstats("dstats", c.batch, c.heads, c.seq, 1);
   const nn::AttentionScores<T> st(stats.data(), c.batch, c.heads, c.seq, 1), dst(dstats.data(), c.batch, c.heads, c.seq, 1);
-  nn::fused_attention_forward<T>(exec, qkv, y, st);
-  nn::fused_attention_backward<T>(exec, qkv, st, dy, d, dst);
+  nn::fused_attention_forward<T>(exec, qkv, y, st, c.window);
+  nn::fused_attention_backward<T>(exec, qkv, st, dy, d, dst, c.window);
 
   EXPECT_LE(relative_error(as_double(to_host(y)), to_host(y_ref)), tol) << "y";
   EXPECT_LE(relative_error(as_double(to_host(d)), to_host(d_ref)), tol) << "dqkv";
@@ -82,7 +84,8 @@ void expect_fused_equals_reference(const Case& c, double tol) {
   for (std::size_t b = 0; b < c.batch; ++b)
     for (std::size_t h = 0; h < c.heads; ++h)
       for (std::size_t i = 0; i < c.seq; ++i) {
-        const std::size_t j = i / 2;  // one key of every row
+        const std::size_t w = std::size_t(c.window), lo = w > 0 && i + 1 > w ? i + 1 - w : 0;
+        const std::size_t j = lo + (i - lo) / 2;  // one key of every row, in its window
         double s = 0.0;
         for (std::size_t k = 0; k < hd; ++k)
           s += qkv_h[(b * c.seq + i) * 3 * C + h * hd + k] * qkv_h[(b * c.seq + j) * 3 * C + C + h * hd + k];
@@ -97,10 +100,13 @@ TEST_P(FusedAttention, DoubleEqualsTheReference) { expect_fused_equals_reference
 
 TEST_P(FusedAttention, FloatEqualsTheReference) { expect_fused_equals_reference<float>(GetParam(), 2e-5); }
 
-// Head widths 4 (padded to 16), 16, 24 (to 32), 64 and 128; lengths 1, 7, 33, 70.
+// Head widths 4 (padded to 16), 16, 24 (to 32), 64 and 128; lengths 1, 7, 33, 70; windows of 1,
+// 2, 7 and 40 positions (the last two under and over 32, a GPU's warp of rows).
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttention,
                          ::testing::Values(Case{2, 3, 7, 12}, Case{1, 2, 70, 32}, Case{2, 2, 33, 48},
-                                           Case{1, 2, 70, 128}, Case{1, 1, 33, 128}, Case{3, 1, 1, 16}));
+                                           Case{1, 2, 70, 128}, Case{1, 1, 33, 128}, Case{3, 1, 1, 16},
+                                           Case{2, 3, 7, 12, 2}, Case{2, 2, 33, 48, 1}, Case{1, 2, 70, 32, 7},
+                                           Case{1, 2, 70, 32, 40}));
 
 TEST(FusedAttentionShapes, AreChecked) {
   const ExecSpace exec;

@@ -1,12 +1,16 @@
 // The GPT model as a whole: every parameter's gradient against finite differences of the loss in
 // double precision; recomputation equal to keeping every activation; a model cut into two
 // pipeline stages (run one after the other in this process) equal to the whole; GPT-2 names.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "blas/gemm.hpp"
@@ -57,8 +61,18 @@ double run_loss(nn::Gpt<T>& gpt, int slot, const Batch& b, double scale) {
   return scale * r.loss;
 }
 
-// Both GELUs: the exact one and GPT-2's tanh form (model.gelu_approximate = "tanh").
-class GptGradients : public ::testing::TestWithParam<bool> {};
+// Both GELUs: the exact one and GPT-2's tanh form (model.gelu_approximate = "tanh"); and the exact
+// one under a sliding window of 2 positions (of the context's 5).
+struct GptCase {
+  bool gelu_tanh;
+  int window;
+};
+
+void PrintTo(const GptCase& c, std::ostream* os) {
+  *os << (c.gelu_tanh ? "tanh" : "exact") << " GELU, window " << c.window;
+}
+
+class GptGradients : public ::testing::TestWithParam<GptCase> {};
 
 /// Every parameter's gradient of a double model of `shape` (one forward and backward of 2
 /// samples) against central finite differences of its loss. The weights are scaled up from
@@ -93,11 +107,15 @@ void expect_every_gradient(const nn::GptShape& shape) {
 
 TEST_P(GptGradients, MatchFiniteDifferences) {
   nn::GptShape shape = kTiny;
-  shape.gelu_tanh = GetParam();
+  shape.gelu_tanh = GetParam().gelu_tanh;
+  shape.window = GetParam().window;
   expect_every_gradient(shape);
 }
-INSTANTIATE_TEST_SUITE_P(Gpt, GptGradients, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "TanhGelu" : "ExactGelu"; });
+INSTANTIATE_TEST_SUITE_P(Gpt, GptGradients, ::testing::Values(GptCase{false, 0}, GptCase{true, 0}, GptCase{false, 2}),
+                         [](const ::testing::TestParamInfo<GptCase>& p) {
+                           return fmt::format("{}{}", p.param.gelu_tanh ? "TanhGelu" : "ExactGelu",
+                                              p.param.window > 0 ? fmt::format("Window{}", p.param.window) : "");
+                         });
 
 // The Llama family's block (RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases): every
 // gradient against finite differences, in two shapes: 4 heads sharing 2 key/value heads with an
@@ -114,14 +132,19 @@ nn::GptShape llama_shape(int heads, int kv_heads, int ffn, double theta, bool ti
   return s;
 }
 
+// The first again under a sliding window of 3 positions.
 class LlamaGradients : public ::testing::TestWithParam<int> {};
 
 TEST_P(LlamaGradients, MatchFiniteDifferences) {
-  expect_every_gradient(GetParam() == 0 ? llama_shape(4, 2, 6, 10000.0, false) : llama_shape(2, 1, 12, 3.0, true));
+  nn::GptShape shape = GetParam() == 1 ? llama_shape(2, 1, 12, 3.0, true) : llama_shape(4, 2, 6, 10000.0, false);
+  if (GetParam() == 2) shape.window = 3;
+  expect_every_gradient(shape);
 }
-INSTANTIATE_TEST_SUITE_P(Llama, LlamaGradients, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(Llama, LlamaGradients, ::testing::Values(0, 1, 2),
                          [](const ::testing::TestParamInfo<int>& p) {
-                           return p.param == 0 ? "GroupedQueryUntied" : "OneKeyValueHeadTied";
+                           return p.param == 0 ? "GroupedQueryUntied"
+                                  : p.param == 1 ? "OneKeyValueHeadTied"
+                                                 : "GroupedQueryUntiedWindow3";
                          });
 
 TEST(Llama, NamesAndShapesFollowTheDesign) {
@@ -171,42 +194,73 @@ TEST(Llama, RecomputeEqualsKeepingActivations) {
 }
 
 // The GEMM attention the model runs against the one-thread-per-row reference kernels: forward
-// output and probabilities, and the backward's dqkv (double, 2 samples, 3 heads of 4), at T = 6
-// (one GEMM per product) and T = 70 (causal blocks of 32, 32 and 6).
-class GemmAttention : public ::testing::TestWithParam<std::size_t> {};
+// output and probabilities, and the backward's dqkv (2 samples, 3 heads of 4; double within 1e-12,
+// float within 2e-6 of the largest value), at T = 6 (one GEMM per product) and T = 70 (causal
+// blocks of 32, 32 and 6), causal and under sliding windows: 1 and 2 positions, 7 (not dividing
+// the block), 40 (longer than a block: a block's rows reach into the block before the one before).
+// The probabilities and scores buffers start as NaN: every entry the products skip is written.
+struct AttentionCase {
+  std::size_t seq;
+  int window;
+};
 
-TEST_P(GemmAttention, EqualsTheReferenceKernels) {
+void PrintTo(const AttentionCase& c, std::ostream* os) { *os << "T = " << c.seq << ", window " << c.window; }
+
+class GemmAttention : public ::testing::TestWithParam<AttentionCase> {};
+
+template <class T>
+void expect_gemm_attention_is_the_reference(std::size_t seq, int window, double tol) {
   const ExecSpace exec;
-  const std::size_t B = 2, H = 3, T = GetParam(), C = 12, rows = B * T;
-  const Matrix<double> qkv = to_device(tessera::test::random_vector<double>(rows * 3 * C, 4, -1.5, 1.5), rows, 3 * C);
-  const Matrix<double> dy = to_device(tessera::test::random_vector<double>(rows * C, 5, -1, 1), rows, C);
-  Matrix<double> y_ref("y_ref", rows, C), y("y", rows, C), d_ref("d_ref", rows, 3 * C), d("d", rows, 3 * C);
-  kernels::AttentionView<double> att_ref("att_ref", B, H, T, T), ds_ref("ds_ref", B, H, T, T),
-      att("att", B, H, T, T), ds("ds", B, H, T, T);
-  kernels::attention_forward(exec, qkv, y_ref, att_ref);
-  kernels::attention_backward(exec, qkv, att_ref, dy, d_ref, ds_ref);
-  nn::attention_forward<double>(exec, Precision::fp32, qkv, y, nn::AttentionScores<double>(att.data(), B, H, T, T));
-  nn::attention_backward<double>(exec, Precision::fp32, qkv, nn::AttentionScores<double>(att.data(), B, H, T, T), dy,
-                                 d, nn::AttentionScores<double>(ds.data(), B, H, T, T));
-  const auto close = [](const std::vector<double>& a, const std::vector<double>& b, const char* what) {
+  const std::size_t B = 2, H = 3, C = 12, rows = B * seq;
+  const Matrix<T> qkv = to_device(tessera::test::random_vector<T>(rows * 3 * C, 4, -1.5, 1.5), rows, 3 * C);
+  const Matrix<T> dy = to_device(tessera::test::random_vector<T>(rows * C, 5, -1, 1), rows, C);
+  Matrix<T> y_ref("y_ref", rows, C), y("y", rows, C), d_ref("d_ref", rows, 3 * C), d("d", rows, 3 * C);
+  kernels::AttentionView<T> att_ref("att_ref", B, H, seq, seq), ds_ref("ds_ref", B, H, seq, seq),
+      att("att", B, H, seq, seq), ds("ds", B, H, seq, seq);
+  Kokkos::deep_copy(att, std::numeric_limits<T>::quiet_NaN());
+  Kokkos::deep_copy(ds, std::numeric_limits<T>::quiet_NaN());
+  kernels::attention_forward(exec, qkv, y_ref, att_ref, window);
+  kernels::attention_backward(exec, qkv, att_ref, dy, d_ref, ds_ref, window);
+  const auto scores = [&](const kernels::AttentionView<T>& a) {
+    return nn::AttentionScores<T>(a.data(), B, H, seq, seq);
+  };
+  nn::attention_forward<T>(exec, Precision::fp32, qkv, y, scores(att), window);
+  nn::attention_backward<T>(exec, Precision::fp32, qkv, scores(att), dy, d, scores(ds), window);
+  const auto close = [tol](const std::vector<T>& a, const std::vector<T>& b, const char* what) {
     ASSERT_EQ(a.size(), b.size());
-    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-12) << what << "[" << i << "]";
+    double scale = 0.0;
+    for (const T v : a) scale = std::max(scale, std::fabs(double(v)));
+    for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol * scale) << what << "[" << i << "]";
   };
   close(to_host(y_ref), to_host(y), "y");
-  close(to_host(Vector<double>(att_ref.data(), att_ref.size())), to_host(Vector<double>(att.data(), att.size())), "att");
+  close(to_host(Vector<T>(att_ref.data(), att_ref.size())), to_host(Vector<T>(att.data(), att.size())), "att");
   close(to_host(d_ref), to_host(d), "dqkv");
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpt, GemmAttention, ::testing::Values(std::size_t(6), std::size_t(70)));
+TEST_P(GemmAttention, EqualsTheReferenceKernels) {
+  {
+    SCOPED_TRACE("double");
+    expect_gemm_attention_is_the_reference<double>(GetParam().seq, GetParam().window, 1e-12);
+  }
+  SCOPED_TRACE("float");
+  expect_gemm_attention_is_the_reference<float>(GetParam().seq, GetParam().window, 2e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpt, GemmAttention,
+                         ::testing::Values(AttentionCase{6, 0}, AttentionCase{70, 0}, AttentionCase{6, 1},
+                                           AttentionCase{6, 2}, AttentionCase{70, 1}, AttentionCase{70, 2},
+                                           AttentionCase{70, 7}, AttentionCase{70, 40}),
+                         [](const ::testing::TestParamInfo<AttentionCase>& p) {
+                           return p.param.window > 0 ? fmt::format("T{}Window{}", p.param.seq, p.param.window)
+                                                     : fmt::format("T{}Causal", p.param.seq);
+                         });
 
 // Under bf16 operands the GPT keeps qkv as bf16 head blocks (nn::qkv_to_bf16) and runs the
 // attention in bf16 (batched products, the softmax reading and writing bf16): against the
 // reference kernels in double on the same bf16 values, within what bf16 storage of the scores,
 // the probabilities and the outputs allows; the probabilities exactly zero above the diagonal.
 // T = 70: causal blocks of 32, 32 and 6 (rows whose masked chunk reaches n).
-TEST(Gpt, Bf16AttentionAgreesWithTheReference) {
-  if (!blas::bf16_operands(Precision::bf16))
-    GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
+void expect_bf16_attention_is_the_reference(int window) {
   const ExecSpace exec;
   const std::size_t B = 2, H = 3, T = 70, C = 12, rows = B * T, hd = C / H;
   std::vector<float> qkv_h = tessera::test::random_vector<float>(rows * 3 * C, 6, -1.5, 1.5);
@@ -221,17 +275,19 @@ TEST(Gpt, Bf16AttentionAgreesWithTheReference) {
   const Matrix<double> qkv_r = to_device(qkv_d, rows, 3 * C), dy_r = to_device(dy_d, rows, C);
   Matrix<double> y_ref("y_ref", rows, C), d_ref("d_ref", rows, 3 * C);
   kernels::AttentionView<double> att_ref("att_ref", B, H, T, T), ds_ref("ds_ref", B, H, T, T);
-  kernels::attention_forward(exec, qkv_r, y_ref, att_ref);
-  kernels::attention_backward(exec, qkv_r, att_ref, dy_r, d_ref, ds_ref);
-  // The bf16 attention.
+  kernels::attention_forward(exec, qkv_r, y_ref, att_ref, window);
+  kernels::attention_backward(exec, qkv_r, att_ref, dy_r, d_ref, ds_ref, window);
+  // The bf16 attention, its scores buffers NaN to begin with (every entry is written).
   Vector<std::uint16_t> qkv16("qkv16", rows * 3 * C);
   nn::qkv_to_bf16(exec, qkv, int(H), int(T), qkv16.data());
   Matrix<std::uint16_t> y16("y16", rows, C), d16("d16", rows, 3 * C);
   const Matrix<std::uint16_t> dy16 = to_device(dy16_h, rows, C);
   Kokkos::View<std::uint16_t****, Kokkos::LayoutRight, MemSpace> att16("att16", B, H, T, T), ds16("ds16", B, H, T, T);
+  Kokkos::deep_copy(att16, std::uint16_t(0x7fc0));  // bf16 NaN
+  Kokkos::deep_copy(ds16, std::uint16_t(0x7fc0));
   const auto view = [&](const auto& a) { return nn::AttentionScores<std::uint16_t>(a.data(), B, H, T, T); };
-  nn::attention_forward_bf16(exec, qkv16.data(), y16, view(att16));
-  nn::attention_backward_bf16(exec, qkv16.data(), view(att16), dy16, d16, view(ds16));
+  nn::attention_forward_bf16(exec, qkv16.data(), y16, view(att16), window);
+  nn::attention_backward_bf16(exec, qkv16.data(), view(att16), dy16, d16, view(ds16), window);
   const auto close = [](const std::vector<std::uint16_t>& got, const std::vector<double>& want, double tol,
                         const char* what) {
     ASSERT_EQ(got.size(), want.size());
@@ -248,7 +304,7 @@ TEST(Gpt, Bf16AttentionAgreesWithTheReference) {
   for (std::size_t r = 0; r < B * H * T; ++r) {
     double sum = 0.0;
     for (std::size_t j = 0; j < T; ++j) {
-      if (j > r % T) {
+      if (j > r % T || (window > 0 && j + std::size_t(window) <= r % T)) {
         ASSERT_EQ(p[r * T + j], 0) << "row " << r << " key " << j;
       }
       sum += kernels::from_bf16_bits(p[r * T + j]);
@@ -259,6 +315,23 @@ TEST(Gpt, Bf16AttentionAgreesWithTheReference) {
   const std::vector<std::uint16_t> h16 = to_host(qkv16);
   EXPECT_EQ(h16[((1 * 3 + 0) * H + 2) * T * hd + 3 * hd + 1],
             kernels::to_bf16_bits(qkv_h[(1 * T + 3) * 3 * C + 2 * hd + 1]));
+}
+
+TEST(Gpt, Bf16AttentionAgreesWithTheReference) {
+  if (!blas::bf16_operands(Precision::bf16))
+    GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
+  expect_bf16_attention_is_the_reference(0);
+}
+
+// The same under sliding windows of 1, 2 and 7 positions (the softmax's chunks of 16 start before
+// the window and are masked there) and 40 (a block's products reach two blocks back).
+TEST(Gpt, Bf16WindowAttentionAgreesWithTheReference) {
+  if (!blas::bf16_operands(Precision::bf16))
+    GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
+  for (const int window : {1, 2, 7, 40}) {
+    SCOPED_TRACE(window);
+    expect_bf16_attention_is_the_reference(window);
+  }
 }
 
 // Under bf16 operands the last stage keeps its logits and their gradient in bf16 (the loss reads
@@ -310,6 +383,62 @@ TEST(Gpt, Bf16LogitsAndLossAgreeWithFp32) {
     diff = std::max(diff, double(std::fabs(h.grads[i] - f.grads[i])));
   }
   EXPECT_LE(diff, 5e-2 * scale);
+}
+
+// What a window means for a whole model, without a reference: through L blocks of a window of W,
+// position i sees the tokens [i - L (W - 1), i] and no other. Changing token t0 changes the
+// next-token logits (nn::Gpt::next_token_logits, what `tessera generate` reads) of positions
+// t0 .. t0 + L (W - 1) and leaves every other position's bit for bit; for the gpt and the llama, in
+// the products' precision p (fp32 here, bf16 below: each has its own call of the attention).
+void expect_window_limits_what_each_position_sees(Precision p) {
+  const ExecSpace exec;
+  nn::GptShape gpt{8, 12, 8, 2, 2};  // vocab 8, context 12, width 8, 2 heads, 2 blocks
+  gpt.window = 3;
+  nn::GptShape llama = llama_shape(4, 2, 6, 10000.0, false);
+  llama.context = 12;
+  llama.window = 3;
+  const int t0 = 3, seen = 2 * (3 - 1);  // positions t0 .. t0 + seen see token t0
+  for (const nn::GptShape& shape : {gpt, llama}) {
+    SCOPED_TRACE(shape.llama ? "llama" : "gpt");
+    nn::ParamStore<float> store;
+    nn::Gpt<float>::Part part;
+    part.precision = p;
+    nn::Gpt<float> model(store, shape, part);
+    store.allocate();
+    store.initialize(exec, 5);
+    for (std::size_t i = 0; i < store.infos().size(); ++i)  // sharper attention: every token matters
+      if (store.infos()[i].init == nn::InitKind::normal) tessera::kernels::scale(exec, store.value(i), 10.0f);
+    model.reserve(1);
+    const int slot = model.acquire(1);
+    const auto logits = [&](int token) {  // every position's, the token at t0 set
+      Batch b = make_batch(1, shape, 7);
+      b.tokens[std::size_t(t0)] = token;
+      std::vector<std::vector<float>> out;
+      for (int n = 1; n <= shape.context; ++n) {
+        run_loss(model, slot, b, 1.0);  // fills the slot's input
+        Matrix<float> next("next", 1, std::size_t(shape.vocab));
+        model.next_token_logits(exec, slot, n, next);
+        out.push_back(to_host(next));
+      }
+      return out;
+    };
+    const auto a = logits(1), b = logits(6);
+    for (int i = 0; i < shape.context; ++i) {
+      if (i >= t0 && i <= t0 + seen) {
+        EXPECT_NE(a[std::size_t(i)], b[std::size_t(i)]) << "position " << i;
+      } else {
+        EXPECT_EQ(a[std::size_t(i)], b[std::size_t(i)]) << "position " << i;
+      }
+    }
+  }
+}
+
+TEST(Gpt, WindowLimitsWhatEachPositionSees) { expect_window_limits_what_each_position_sees(Precision::fp32); }
+
+TEST(Gpt, Bf16WindowLimitsWhatEachPositionSees) {
+  if (!blas::bf16_operands(Precision::bf16))
+    GTEST_SKIP() << "no host bf16 GEMM here: " << blas::lowp_path(Precision::bf16);
+  expect_window_limits_what_each_position_sees(Precision::bf16);
 }
 
 TEST(Gpt, NamesFollowGpt2) {

@@ -184,9 +184,10 @@ TEST(TransformerGradCheck, LayerNorm) {
 
 // --- Attention -------------------------------------------------------------------------------
 
-/// Naive causal attention in double: out (B*T, C) and P (B, heads, T, T).
+/// Naive causal attention in double: out (B*T, C) and P (B, heads, T, T); with a window W > 0,
+/// query i sees the keys i - W < j <= i only.
 template <class T>
-void attention_ref(const std::vector<T>& qkv, std::vector<double>& out, std::vector<double>& att) {
+void attention_ref(const std::vector<T>& qkv, std::vector<double>& out, std::vector<double>& att, int window = 0) {
   const int c3 = 3 * channels;
   out.assign(rows * channels, 0.0);
   att.assign(batch * heads * seq * seq, 0.0);
@@ -195,7 +196,8 @@ void attention_ref(const std::vector<T>& qkv, std::vector<double>& out, std::vec
       for (int i = 0; i < seq; ++i) {
         std::vector<double> s(seq, 0.0);
         double mx = -1e300;
-        for (int j = 0; j <= i; ++j) {
+        const int lo = window > 0 ? std::max(0, i - window + 1) : 0;
+        for (int j = lo; j <= i; ++j) {
           for (int d = 0; d < head_dim; ++d)
             s[j] += double(qkv[(b * seq + i) * c3 + h * head_dim + d]) *
                     double(qkv[(b * seq + j) * c3 + channels + h * head_dim + d]);
@@ -203,8 +205,8 @@ void attention_ref(const std::vector<T>& qkv, std::vector<double>& out, std::vec
           mx = std::max(mx, s[j]);
         }
         double sum = 0;
-        for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - mx);
-        for (int j = 0; j <= i; ++j) {
+        for (int j = lo; j <= i; ++j) sum += std::exp(s[j] - mx);
+        for (int j = lo; j <= i; ++j) {
           const double p = std::exp(s[j] - mx) / sum;
           att[((b * heads + h) * seq + i) * seq + j] = p;
           for (int d = 0; d < head_dim; ++d)
@@ -270,6 +272,70 @@ TEST(TransformerKernels, AttentionIsCausal) {
   }
 }
 
+// A sliding window of W positions (1, 2, 3, the whole sequence of 5, more than it): the outputs
+// and the probabilities as the naive loops give them, the probabilities exactly 0 outside
+// i - W < j <= i and every row summing to 1.
+TYPED_TEST(TransformerKernelTest, AttentionWindowForwardMatchesReference) {
+  using T = TypeParam;
+  const ExecSpace exec;
+  const auto qkv = random_vector<T>(rows * 3 * channels, 8, -2, 2);
+  for (const int window : {1, 2, 3, seq, seq + 4}) {
+    SCOPED_TRACE(window);
+    Matrix<T> d_out("out", rows, channels);
+    kernels::AttentionView<T> d_att("att", batch, heads, seq, seq);
+    Kokkos::deep_copy(d_att, T(7));  // every entry overwritten
+    kernels::attention_forward(exec, to_device(qkv, rows, 3 * channels), d_out, d_att, window);
+    std::vector<double> out, att;
+    attention_ref(qkv, out, att, window);
+    const auto h_out = to_host(d_out);
+    const auto h_att = to_host4(d_att);
+    for (std::size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(h_out[i], out[i], 20 * tolerance<T>()) << i;
+    for (std::size_t i = 0; i < att.size(); ++i) EXPECT_NEAR(h_att[i], att[i], 20 * tolerance<T>()) << i;
+    for (int r = 0; r < batch * heads * seq; ++r) {
+      const int i = r % seq;
+      double sum = 0;
+      for (int j = 0; j < seq; ++j) {
+        sum += h_att[r * seq + j];
+        if (j > i || j <= i - window) {
+          EXPECT_EQ(h_att[r * seq + j], T(0)) << r << "," << j;
+        }
+      }
+      EXPECT_NEAR(sum, 1.0, 10 * tolerance<T>()) << r;
+    }
+  }
+}
+
+// What a window means, without a reference: changing q, k and v of position t0 changes the
+// outputs of exactly the positions whose window holds t0 (t0 <= i < t0 + W), bit for bit nothing
+// else.
+TEST(TransformerKernels, AttentionWindowSeesItsLastWPositionsOnly) {
+  const ExecSpace exec;
+  const auto qkv = random_vector<double>(rows * 3 * channels, 9, -2, 2);
+  for (const int window : {1, 2, 3}) {
+    Matrix<double> out("out", rows, channels);
+    kernels::AttentionView<double> att("att", batch, heads, seq, seq);
+    kernels::attention_forward(exec, to_device(qkv, rows, 3 * channels), out, att, window);
+    const auto before = to_host(out);
+    for (int t0 = 0; t0 < seq; ++t0) {
+      auto changed = qkv;
+      const auto noise = random_vector<double>(3 * channels, 200 + unsigned(t0), -2, 2);
+      for (int c = 0; c < 3 * channels; ++c) changed[t0 * 3 * channels + c] = noise[std::size_t(c)];
+      kernels::attention_forward(exec, to_device(changed, rows, 3 * channels), out, att, window);
+      const auto after = to_host(out);
+      for (int t = 0; t < seq; ++t)
+        for (int c = 0; c < channels; ++c) {
+          const std::size_t k = std::size_t(t * channels + c);
+          if (t >= t0 && t < t0 + window) {
+            EXPECT_NE(after[k], before[k]) << "window " << window << " t0 " << t0 << " t " << t << " c " << c;
+          } else {
+            EXPECT_EQ(after[k], before[k]) << "window " << window << " t0 " << t0 << " t " << t << " c " << c;
+          }
+        }
+      for (std::size_t k = seq * channels; k < before.size(); ++k) EXPECT_EQ(after[k], before[k]) << k;
+    }
+  }
+}
+
 TEST(TransformerKernels, AttentionRejectsBadShapes) {
   const ExecSpace exec;
   Matrix<double> qkv("qkv", rows, 3 * channels), out("out", rows, channels);
@@ -295,6 +361,27 @@ TEST(TransformerGradCheck, Attention) {
   Kokkos::deep_copy(dqkv, 7.0);  // overwritten, not accumulated
   kernels::attention_backward(exec, qkv, att, to_device(r, rows, channels), dqkv, ds);
   expect_gradient("attention dqkv", flat(qkv), to_host(dqkv), loss);
+}
+
+// The same under sliding windows of 1 and 3 positions.
+TEST(TransformerGradCheck, AttentionWithWindow) {
+  const ExecSpace exec;
+  for (const int window : {1, 3}) {
+    SCOPED_TRACE(window);
+    Matrix<double> qkv = to_device(random_vector<double>(rows * 3 * channels, 12, -1.5, 1.5), rows, 3 * channels);
+    const auto r = random_vector<double>(rows * channels, 13);
+    Matrix<double> out("out", rows, channels), dqkv("dqkv", rows, 3 * channels);
+    kernels::AttentionView<double> att("att", batch, heads, seq, seq), ds("ds", batch, heads, seq, seq);
+    auto loss = [&] {
+      kernels::attention_forward(exec, qkv, out, att, window);
+      return dot(to_host(out), r);
+    };
+    loss();
+    Kokkos::deep_copy(dqkv, 7.0);
+    Kokkos::deep_copy(ds, 7.0);  // every entry of dS overwritten, those outside the window with 0
+    kernels::attention_backward(exec, qkv, att, to_device(r, rows, channels), dqkv, ds, window);
+    expect_gradient("attention dqkv", flat(qkv), to_host(dqkv), loss);
+  }
 }
 
 // --- Embedding -------------------------------------------------------------------------------
