@@ -217,9 +217,10 @@ TEST(Gpt, CheckEstimatesTheMeasuredActivations) {
 
 // What a run's ranks hand to their context groups per training step as the Communicator counts
 // it (summary.json's comm.bytes_per_step_by_group.spatial, summed over the ranks) equals, to the
-// byte, what `tessera check` predicts by train/context_traffic.hpp's formulas; `tessera plan` puts
-// a rank's sends on the node link when the group's 2 ranks sit on 2 nodes, nothing on 1 node.
-// 3 steps on 2 ranks per case; another parallel.context_comm or model.window is one more case.
+// byte, what `tessera check` predicts by train/context_traffic.hpp's formulas: the all-to-all and
+// the ring, with recomputation and micro-batches, the llama's shared key/value heads and the gpt's;
+// `tessera plan` puts a rank's sends on the node link when the group's 2 ranks sit on 2 nodes,
+// nothing on 1 node. 3 steps on 2 ranks per case; a model.window case is one more line.
 TEST(Llama, ContextTrafficIsWhatTheRunCounts) {
   struct Case {
     bool llama;
@@ -228,7 +229,10 @@ TEST(Llama, ContextTrafficIsWhatTheRunCounts) {
   const std::vector<Case> cases = {
       {true, "--set parallel.spatial=2"},
       {true, "--set parallel.spatial=2 --set train.recompute=true --set parallel.micro_batches=2"},
-      {false, "--set parallel.spatial=2"},
+      {true, "--set parallel.spatial=2 --set parallel.context_comm=ring"},
+      {true, "--set parallel.spatial=2 --set parallel.context_comm=ring --set train.recompute=true "
+             "--set parallel.micro_batches=2"},
+      {false, "--set parallel.spatial=2 --set parallel.context_comm=ring"},
   };
   const std::string three_steps = "--set train.steps=3 --set eval.every_steps=0 --set eval.at_end=false "
                                   "--set checkpoint.every_steps=0 --set checkpoint.at_end=false ";

@@ -1,8 +1,8 @@
 // train/context_traffic.hpp's bytes of a context group against what the algorithms must send,
 // worked out here from positions and hops rather than from the closed forms: the window's halo
 // from the keys each rank's queries reach, the ring by moving the blocks around it. The
-// all-to-all's bytes are checked against a real run's counters (Llama.ContextTrafficIsWhatTheRunCounts
-// in tests/integration/test_gpt_runs.cpp).
+// all-to-all's and the ring's bytes are also checked against real runs' counters
+// (Llama.ContextTrafficIsWhatTheRunCounts in tests/integration/test_gpt_runs.cpp).
 #include <gtest/gtest.h>
 
 #include <vector>
