@@ -48,13 +48,13 @@ ContextTraffic context_traffic(const Config& cfg, const ModelShape& shape, int s
     for (int r = 0; r < C; ++r) add(r, (r + 1) % C, (forwards * (C - 1) + (2.0 * C - 1)) * kv);
   } else {
     // The halo: rank r-d sends rank r its last min(n, W-1-(d-1) n) positions' keys and values,
-    // and gets their gradients back.
+    // forward and again in backward, and gets their gradients back.
     const double kv = 2.0 * h_kv * hd;
     for (int r = 0; r < C; ++r)
       for (int d = 1; d <= r; ++d) {
         const double positions = std::min(n, static_cast<double>(m.window - 1) - (d - 1) * n);
         if (positions <= 0) break;
-        add(r - d, r, forwards * positions * kv);
+        add(r - d, r, (forwards + 1.0) * positions * kv);
         add(r, r - d, positions * kv);
       }
   }

@@ -16,9 +16,10 @@
 //     gradient accumulators dK, dV (the last brings them home): (2C-1) 2 B n h_kv hd.
 //   ring with model.window = W: a halo instead: forward, rank r-d (d >= 1) sends rank r the keys and
 //     values of its last min(n, W-1-(d-1) n) positions where that is positive, 2 B h_kv hd per
-//     position; backward returns their gradients in the same messages reversed. Rank r receives
-//     min(W-1, r n) positions and sends as many back.
-// train.recompute repeats the forward's messages in backward. Every block of the rank's pipeline
+//     position; backward sends them again (nn/context_ring.cpp keeps no halo between forward and
+//     backward) and rank r returns their gradients in the same messages reversed. Rank r receives
+//     min(W-1, r n) positions twice and sends as many gradients back.
+// train.recompute repeats the forward's messages once more in backward. Every block of the rank's pipeline
 // stage (all its chunks), every micro-batch of the step. Besides: the loss's two sums (doubles)
 // over the group, once per micro-batch on the last stage.
 // The rough forms per rank and layer, N = T and hd left out: ring about 2 N h_kv (each way),

@@ -2,7 +2,7 @@
 // worked out here from positions and hops rather than from the closed forms: the window's halo
 // from the keys each rank's queries reach, the ring by moving the blocks around it. The
 // all-to-all's and the ring's bytes are also checked against real runs' counters
-// (Llama.ContextTrafficIsWhatTheRunCounts in tests/integration/test_gpt_runs.cpp).
+// (Context.TrafficIsWhatTheRunCounts in tests/integration/test_context_runs.cpp).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -36,8 +36,8 @@ constexpr double kPosition = 4.0 * 2 * 2 * 4 * 3 * 2;
 }  // namespace
 
 // Rank r's queries at positions [r n, (r+1) n) read the keys of the W most recent positions,
-// j-W+1 .. j: every key of an earlier rank that one of them reads travels once forward (its key
-// and value) and once backward (their gradients).
+// j-W+1 .. j: every key of an earlier rank that one of them reads travels to it forward and again
+// in backward (its key and value), and back once (their gradients).
 TEST(ContextTraffic, TheHaloIsTheKeysTheQueriesReach) {
   const int n = 8, C = 4, T = n * C;
   for (int window : {1, 2, 5, n, n + 1, 2 * n + 3, T}) {
@@ -53,7 +53,7 @@ TEST(ContextTraffic, TheHaloIsTheKeysTheQueriesReach) {
           for (int j = to * n; j < (to + 1) * n; ++j) read = read || (i <= j && i >= j - window + 1);
           keys += read ? 1 : 0;
         }
-        EXPECT_EQ(t.between(q, r), keys * kPosition) << "from " << q << " to " << r;
+        EXPECT_EQ(t.between(q, r), (q < r ? 2 : 1) * keys * kPosition) << "from " << q << " to " << r;
       }
     EXPECT_EQ(t.loss_sums, 2 * 8.0);  // one micro-batch's two sums
   }
