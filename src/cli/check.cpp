@@ -1,5 +1,6 @@
 // tessera check: validate a deck without training; print it resolved, the process grid (with the
-// hosts of each group's ranks where the placement is known) and a per-rank memory estimate.
+// hosts of each group's ranks where the placement is known), a per-rank memory estimate and, for
+// a transformer's context parallelism, the bytes a rank sends to its context group per step.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <mpi.h>
@@ -18,6 +19,7 @@
 #include "core/hostlist.hpp"
 #include "core/memory.hpp"
 #include "io/dataset.hpp"
+#include "train/context_traffic.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/placement.hpp"
 #include "optim/state_file.hpp"
@@ -171,6 +173,8 @@ int check(const DeckArgs& args, int ranks, int ranks_per_node) {
                                                   : fmt::format("{} targets", shape.outputs));
     for (const std::string& warning : cfg.warnings) std::cout << "warning: " << warning << "\n";
     print_estimate(cfg, shape, estimate, info.samples);
+    if (const std::string context = describe_context_traffic(cfg, shape, estimate.micro_batch); !context.empty())
+      std::cout << context << "\n";
     std::cout << fmt::format("deck {} is valid for {} ranks\n", cfg.deck_path, n);
   });
   return 0;

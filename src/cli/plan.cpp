@@ -13,6 +13,13 @@
 // nodes of the namespace cluster (bench/cluster_layouts.sh); the allreduces met it. Tensor groups
 // are assumed within a node and pipeline sends are not modelled. The step lies between
 // max(compute, link) (the exchange hidden behind backward) and compute + link (nothing hidden).
+//
+// A transformer with parallel.spatial = C > 1 adds its context groups' traffic (the formulas in
+// train/context_traffic.hpp): every message between two ranks of a group on different nodes leaves
+// the one node's link and enters the other's; the busiest link's bytes in one direction give the
+// context link time X. The all-to-alls block forward and backward, so compute becomes compute + X;
+// the ring's hops may hide behind the attention, so only compute + X + link bounds it above. The
+// link carries both: the step lies between max(compute (+ X), link + X) and compute + X + link.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -27,6 +34,7 @@
 #include "core/deck.hpp"
 #include "core/error.hpp"
 #include "io/dataset.hpp"
+#include "train/context_traffic.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/trainer.hpp"
 
@@ -70,6 +78,29 @@ double compute_seconds_of(const std::string& run_dir) {
   return steps[steps.size() / 2];
 }
 
+// The context groups' bytes per step on the busiest node's link, one direction: every group
+// (t, d, p) of the grid rank = s + sp*(t + tp*(d + dp*p)), ranks placed in blocks of ranks_per_node.
+double context_link_bytes(const Config& cfg, const ModelShape& shape, int nodes, int ranks_per_node) {
+  const auto& par = cfg.parallel;
+  std::vector<double> out(static_cast<std::size_t>(nodes), 0.0), in(out);
+  for (int p = 0; p < par.pipeline; ++p) {
+    const ContextTraffic t = context_traffic(cfg, shape, p);
+    for (int d = 0; d < par.data; ++d)
+      for (int tr = 0; tr < par.tensor; ++tr) {
+        const int first = par.spatial * (tr + par.tensor * (d + par.data * p));
+        for (int r = 0; r < t.ranks; ++r)
+          for (int q = 0; q < t.ranks; ++q) {
+            const auto from = static_cast<std::size_t>((first + r) / ranks_per_node);
+            const auto to = static_cast<std::size_t>((first + q) / ranks_per_node);
+            if (from == to) continue;
+            out[from] += t.between(r, q);
+            in[to] += t.between(r, q);
+          }
+      }
+  }
+  return std::max(*std::max_element(out.begin(), out.end()), *std::max_element(in.begin(), in.end()));
+}
+
 struct Option {
   std::string name;
   int zero = 0;
@@ -102,6 +133,12 @@ int plan(const DeckArgs& args, const PlanArgs& p) {
   for (int d = 0; d < par.data; ++d)
     for (int s = 0; s < par.spatial; ++s) nodes.insert((s + par.spatial * par.tensor * d) / p.ranks_per_node);
   const double m = static_cast<double>(nodes.size()), cross = (m - 1.0) / m;
+  // Context parallelism: the nodes the first context group spans, and the busiest link's share.
+  std::set<int> context_nodes;
+  for (int s = 0; s < par.spatial; ++s) context_nodes.insert(s / p.ranks_per_node);
+  const double context_bytes = context_link_bytes(cfg, shape, p.nodes, p.ranks_per_node);
+  const double context_s = context_bytes * 8.0 / (p.link_gbps * p.link_efficiency * 1e9);
+  const double blocking = par.context_comm == ContextComm::all_to_all ? context_s : 0.0;
 
   std::vector<Option> options = {{"zero 0", 0, false, false}, {"zero 0, bf16 reduce", 0, false, true},
                                  {"zero 1", 1, false, false}, {"zero 3", 3, false, false},
@@ -119,6 +156,13 @@ int plan(const DeckArgs& args, const PlanArgs& p) {
   std::cout << fmt::format("model: {} parameters, {:.0f} per rank; a replica group spans {} node(s); compute "
                            "{:.4f} s per step ({})\n", parameters, per_rank, nodes.size(), compute,
                            p.from.empty() ? "--compute-s" : "measured in " + p.from);
+  if (const std::string context = describe_context_traffic(cfg, shape); !context.empty())
+    std::cout << context
+              << fmt::format("; a context group spans {} node(s): the busiest node link carries {:.2f} MB of it per "
+                             "step, {:.4f} s{}\n", context_nodes.size(), context_bytes / 1e6, context_s,
+                             context_s == 0.0 ? ""
+                             : blocking > 0.0 ? " added to compute (the all-to-alls block forward and backward)"
+                                              : " (the ring's hops may hide behind the attention)");
   std::cout << "| layout | MB per node link per step | link s | step s (hidden .. not hidden) | samples/s |\n"
                "| --- | ---: | ---: | ---: | ---: |\n";
   for (const Option& o : options) {
@@ -129,7 +173,7 @@ int plan(const DeckArgs& args, const PlanArgs& p) {
     else bytes = kLibraryFactor * (b + 2.0 * f) * cross;
     if (o.hybrid && o.zero == 0) continue;
     const double link = bytes * 8.0 / (p.link_gbps * p.link_efficiency * 1e9);
-    const double best = std::max(compute, link), worst = compute + link;
+    const double best = std::max(compute + blocking, link + context_s), worst = compute + context_s + link;
     std::cout << fmt::format("| {} | {:.2f} | {:.4f} | {:.4f} .. {:.4f} | {:.0f} .. {:.0f} |\n", o.name, bytes / 1e6,
                              link, best, worst, cfg.train.global_batch / worst, cfg.train.global_batch / best);
   }
