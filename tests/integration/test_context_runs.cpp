@@ -133,7 +133,8 @@ TEST(Context, ALongContextOneRankCannotHoldTrainsOnTwoRingRanks) {
 // byte, what `tessera check` predicts by train/context_traffic.hpp's formulas: the all-to-all and
 // the ring, with recomputation and micro-batches, the llama's shared key/value heads and the gpt's;
 // `tessera plan` puts a rank's sends on the node link when the group's 2 ranks sit on 2 nodes,
-// nothing on 1 node. 3 steps on 2 ranks per case; a model.window case is one more line.
+// nothing on 1 node; also the ring's halo under a window (9: 8 positions from the other rank; 20 with
+// recomputation: 16, a whole block). 3 steps on 2 ranks per case.
 TEST(Context, TrafficIsWhatTheRunCounts) {
   struct Case {
     bool llama;
@@ -146,6 +147,9 @@ TEST(Context, TrafficIsWhatTheRunCounts) {
       {true, "--set parallel.spatial=2 --set parallel.context_comm=ring --set train.recompute=true "
              "--set parallel.micro_batches=2"},
       {false, "--set parallel.spatial=2 --set parallel.context_comm=ring"},
+      {false, "--set parallel.spatial=2 --set parallel.context_comm=ring --set model.window=9"},
+      {true, "--set parallel.spatial=2 --set parallel.context_comm=ring --set model.window=20 "
+             "--set train.recompute=true"},
   };
   const std::string three_steps = "--set train.steps=3 --set eval.every_steps=0 --set eval.at_end=false "
                                   "--set checkpoint.every_steps=0 --set checkpoint.at_end=false ";
