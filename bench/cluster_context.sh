@@ -10,7 +10,7 @@
 # The wire adds TCP/IP headers and acknowledgements (a few percent) and each run's start-up
 # (spread over the steps).
 # Usage (as root, from the repository root, after a build): bench/cluster_context.sh
-# env: COMM (all_to_all; ring once it is built), CONTEXT (2048), BATCH (4: sequences per step),
+# env: COMM (all_to_all or ring), CONTEXT (2048), BATCH (4: sequences per step),
 #      STEPS (10), RATE (1gbit; "off" leaves the links unshaped), BUILD_DIR (build), LABEL
 # Writes bench/results/cluster_context[_LABEL].{csv,md}; the runs stay in bench/results/tmp/cluster_context.
 set -euo pipefail

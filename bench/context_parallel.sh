@@ -2,7 +2,7 @@
 # Context parallelism (parallel.spatial = C, docs/models.md) on a small llama
 # (bench/context_llama.toml: 2 blocks, 8 heads, 2 key/value heads, width 128, one sequence per
 # step), for each parallel.context_comm given (argument 1, default "all_to_all ring"; a comm type
-# this build refuses, as "ring" is until it lands, is recorded as refused and the others go on):
+# this build refuses is recorded as refused and the others go on):
 #
 # 1. Speed and memory: C = 1 (once; no context group) and each C of RANKS, at contexts from
 #    CONTEXT_MIN doubling while `tessera check --ranks C` estimates the run within LIMIT_MB per rank
