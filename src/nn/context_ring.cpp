@@ -78,9 +78,17 @@ struct Pass {
 };
 
 /// A query tile's rows in blocks (long tiles: 32 rows; the 1-rank attention's choice), each with
-/// the key range [c0, c1) of tile kt its rows can see: f(r0, r1, c0, c1) in tile-local rows.
+/// the key range [c0, c1) of tile kt its rows can see: f(r0, r1, c0, c1) in tile-local rows; one
+/// block where every row sees the whole key tile (an earlier chunk under the ring).
 template <class F>
 void each_row_block(const Pass& g, const Tile& qt, const Tile& kt, F&& f) {
+  Index lo = 0, hi = 0, last_lo = 0, last_hi = 0;
+  g.visible(kt, qt.pos0, lo, hi);
+  g.visible(kt, qt.pos0 + qt.rows - 1, last_lo, last_hi);
+  if (lo == 0 && hi == kt.rows && last_lo == 0 && last_hi == kt.rows) {  // every row sees every key: one block
+    f(Index(0), qt.rows, Index(0), kt.rows);
+    return;
+  }
   const Index bs = qt.rows >= 64 ? 32 : qt.rows;
   for (Index r0 = 0; r0 < qt.rows; r0 += bs) {
     const Index r1 = std::min(r0 + bs, qt.rows);
@@ -105,7 +113,9 @@ void each_block(const Pass& g, F&& f) {
 }
 
 /// The query tile of local row i.
-KOKKOS_INLINE_FUNCTION const Tile& tile_of(const Pass& g, Index i) { return g.nq > 1 && i >= g.q[1].row0 ? g.q[1] : g.q[0]; }
+KOKKOS_INLINE_FUNCTION const Tile& tile_of(const Pass& g, Index i) {
+  return g.nq > 1 && i >= g.q[1].row0 ? g.q[1] : g.q[0];
+}
 
 /// Keys and values of the key/value heads from qkv (every query head's, repeated under GQA: the
 /// first of each group is read) into a block of n rows per sample.

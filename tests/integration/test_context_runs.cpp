@@ -22,7 +22,8 @@ namespace {
 // and values around a ring, nn/context_ring.cpp): the gpt at C = 2 and 4, the llama at C = 2 with
 // tensor 2, with pipeline 2 and recomputation and micro-batches, and with data 2 and ZeRO 3: the
 // one-rank losses within 1e-5 and its parameters, also under a sliding window of 12 (the
-// all-to-all at C = 2, the ring's halo at C = 2 and 4: two ranks back); under bf16 (fp32 activations, bf16 products)
+// all-to-all at C = 2, the ring's halo at C = 2 and 4: two ranks back, and with tensor 2); the ring
+// with data 2 and hybrid ZeRO 2 (zero_group = node); under bf16 (fp32 activations, bf16 products)
 // within 1e-3 of fp32. A checkpoint written by the ring at C = 4 resumes on one rank to the
 // one-rank run.
 TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
@@ -60,6 +61,11 @@ TEST(Gpt, ContextParallelRanksTrainTheSameModel) {
       {2, false, window + " --set parallel.spatial=2", "gpt_window12_c2", ref_window},
       {2, false, window + " --set parallel.spatial=2" + ring, "gpt_window12_c2_halo", ref_window},
       {4, false, window + " --set parallel.spatial=4" + ring, "gpt_window12_c4_halo", ref_window},
+      {4, false, window + " " + layout(1, 2, 1) + " --set parallel.spatial=2" + ring, "gpt_window12_t2c2_halo",
+       ref_window},
+      {4, false,
+       layout(2, 1, 1) + " --set parallel.spatial=2 --set parallel.zero=2 --set parallel.zero_group=node" + ring,
+       "gpt_d2c2_zero2_hybrid_ring"},
   };
   std::string gpt_c4_ring;
   for (const Case& c : cases) {
@@ -116,7 +122,8 @@ TEST(Context, ALongContextOneRankCannotHoldTrainsOnTwoRingRanks) {
   ASSERT_TRUE(std::regex_search(one.output, m, std::regex(R"(needs about ([0-9.]+) MB)"))) << one.output;
   const double one_rank = std::stod(m[1].str()) * 1e6;
   const std::string dir = fresh_dir("long_ring");
-  const RunResult ring = tessera(2, gpt_args(dir, llama + " --set parallel.spatial=2 --set parallel.context_comm=ring"));
+  const RunResult ring =
+      tessera(2, gpt_args(dir, llama + " --set parallel.spatial=2 --set parallel.context_comm=ring"));
   ASSERT_EQ(ring.exit_code, 0) << ring.output;
   EXPECT_EQ(train_losses(dir).size(), 2u);
   const std::string summary = read_file(dir + "/summary.json");
