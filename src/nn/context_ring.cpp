@@ -47,6 +47,7 @@
 
 #include "blas/gemm.hpp"
 #include "kernels/math.hpp"
+#include "kernels/simd.hpp"
 #include "nn/gpt.hpp"
 
 namespace tessera::nn {
@@ -179,21 +180,28 @@ void forward_pass(const ExecSpace& exec, Precision p, const Pass& g, const T* qk
         for (int k = 0; k < g.nk; ++k) {
           Index lo = 0, hi = 0;
           g.visible(g.k[k], qp, lo, hi);
-          for (Index j = lo; j < hi; ++j) mx = srow[g.k[k].row0 + j] > mx ? srow[g.k[k].row0 + j] : mx;
+          const T* sr = srow + g.k[k].row0;
+          T kmax = mx;
+          TESSERA_SIMD_REDUCTION(max : kmax)
+          for (Index j = lo; j < hi; ++j) kmax = sr[j] > kmax ? sr[j] : kmax;
+          mx = kmax;
         }
         T sum = T(0);
         for (int k = 0; k < g.nk; ++k) {
           Index lo = 0, hi = 0;
           g.visible(g.k[k], qp, lo, hi);
           T* pr = srow + g.k[k].row0;
-          for (Index j = 0; j < g.k[k].rows; ++j) {
-            if (j >= lo && j < hi) {
-              pr[j] = math::vexp(pr[j] - mx);
-              sum += pr[j];
-            } else {
-              pr[j] = T(0);
-            }
+          const Index rows = g.k[k].rows;
+          hi = hi > lo ? hi : lo;
+          for (Index j = 0; j < lo; ++j) pr[j] = T(0);
+          T part = T(0);
+          TESSERA_SIMD_REDUCTION(+ : part)
+          for (Index j = lo; j < hi; ++j) {
+            pr[j] = math::vexp(pr[j] - mx);
+            part += pr[j];
           }
+          sum += part;
+          for (Index j = hi; j < rows; ++j) pr[j] = T(0);
         }
         T* yr = y + (b * n + i) * ldy + h * hd;
         if (first) {
@@ -245,14 +253,16 @@ void backward_pass(const ExecSpace& exec, Precision p, const Pass& g, const T* q
           g.visible(g.k[k], qp, lo, hi);
           T* pr = S + row * n + g.k[k].row0;
           T* gr = dS + row * n + g.k[k].row0;
-          for (Index j = 0; j < g.k[k].rows; ++j) {
-            if (j >= lo && j < hi) {
-              pr[j] = math::vexp(pr[j] - lse[row]);
-              gr[j] = pr[j] * (gr[j] - D[row]);
-            } else {
-              pr[j] = gr[j] = T(0);
-            }
+          const Index rows = g.k[k].rows;
+          hi = hi > lo ? hi : lo;
+          const T m = lse[row], d = D[row];
+          for (Index j = 0; j < lo; ++j) pr[j] = gr[j] = T(0);
+          TESSERA_SIMD
+          for (Index j = lo; j < hi; ++j) {
+            pr[j] = math::vexp(pr[j] - m);
+            gr[j] = pr[j] * (gr[j] - d);
           }
+          for (Index j = hi; j < rows; ++j) pr[j] = gr[j] = T(0);
         }
       });
   each_block(g, [&](Index b, Index h, const Tile& qt, const Tile& kt, Index r0, Index r1, Index c0, Index c1) {
