@@ -43,20 +43,15 @@ eval "$("$cluster" env)"
 
 deck=(bench/context_llama.toml --set "data.path=\"$data\"" --set model.context="$context"
       --set train.global_batch="$batch" --set train.steps="$steps" --set run.blas_threads=1)
-received() {
-  local n total=0
-  for ((n = 1; n <= 4; n++)); do total=$((total + $(cat "/sys/class/net/$TESSERA_CLUSTER-n$n/statistics/tx_bytes"))); done
-  echo "$total"
-}
 # \brief Train the deck into $work/$1 with the --set arguments of the array `extra` under the
 # launcher that follows; print the bytes the nodes received per step meanwhile.
 train() {
   local name=$1 before after
   shift
-  before=$(received)
+  before=$(cluster_received_bytes)
   "$@" "$tessera" train "${deck[@]}" "${extra[@]}" --set run.output_dir="\"$work/$name\"" >"$work/$name.out" 2>&1 ||
     die "$name: exit $? (see $work/$name.out)"
-  after=$(received)
+  after=$(cluster_received_bytes)
   echo $(((after - before) / steps))
 }
 nodes=(mpirun -n 4 --host "$TESSERA_CLUSTER-n1:1,$TESSERA_CLUSTER-n2:1,$TESSERA_CLUSTER-n3:1,$TESSERA_CLUSTER-n4:1"

@@ -29,23 +29,18 @@ eval "$("$cluster" env)"
 
 data=$work/darcy.h5
 "$tessera" prepare darcy --out "$data" --size "$size" --train 16 --test 4 >/dev/null
-received() {
-  local n total=0
-  for ((n = 1; n <= 4; n++)); do total=$((total + $(cat "/sys/class/net/$TESSERA_CLUSTER-n$n/statistics/tx_bytes"))); done
-  echo "$total"
-}
 # \brief Train the deck into $work/$1 under the launcher that follows; print the bytes the nodes
 # received per step meanwhile.
 train() {
   local name=$1 before after
   shift
-  before=$(received)
+  before=$(cluster_received_bytes)
   "$@" "$tessera" train inputs/darcy_unet.toml --set "data.path=\"$data\"" --set train.steps="$steps" \
     --set train.global_batch="$batch" --set train.log_every=1 --set run.blas_threads=1 \
     --set eval.every_epoch=false --set eval.at_end=false --set checkpoint.at_end=false \
     --set checkpoint.every_steps=0 --set run.output_dir="\"$work/$name\"" ${SPATIAL:+--set parallel.spatial=$SPATIAL} \
     >"$work/$name.out" 2>&1 || die "$name: exit $? (see $work/$name.out)"
-  after=$(received)
+  after=$(cluster_received_bytes)
   echo $(((after - before) / steps))
 }
 one=$(SPATIAL='' train one_rank env)

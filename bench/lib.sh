@@ -144,3 +144,11 @@ check_gpt_sitting() {
 median() {
   printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR == 0) exit 1; if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
 }
+
+# \brief The bytes the 4 nodes of the namespace cluster $TESSERA_CLUSTER have received over their
+# links so far (the tx_bytes of each node's link device, summed), as the cluster benches count them.
+cluster_received_bytes() {
+  local n total=0
+  for ((n = 1; n <= 4; n++)); do total=$((total + $(cat "/sys/class/net/$TESSERA_CLUSTER-n$n/statistics/tx_bytes"))); done
+  echo "$total"
+}
