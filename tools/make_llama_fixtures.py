@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Makes the tiny Llama fixtures of tests/data/llama with Hugging Face `transformers` (PyPI).
+"""Makes the tiny Llama and Mistral fixtures of tests/data/llama with Hugging Face `transformers` (PyPI).
 
 Run from a venv that has torch, transformers, safetensors and h5py (Debian bookworm packages no
 python3-transformers), with a built tessera for `prepare text`:
@@ -7,7 +7,7 @@ python3-transformers), with a built tessera for `prepare text`:
     .venv/bin/python tools/make_llama_fixtures.py --tessera build/tessera [OUT_DIR]   # default tests/data/llama
     .venv/bin/python tools/make_llama_fixtures.py --tessera build/tessera --check OUT_DIR   # recompute, compare, write nothing
 
-What it writes (the model is Hugging Face's LlamaForCausalLM; no biases; float32 tensors):
+What it writes (LlamaForCausalLM models, and one MistralForCausalLM; no biases; float32 tensors):
   gqa_untied/           V=256 (byte tokens), C=64, H=4, KV=2, F=96, L=2, T=32, rope_theta 1e4,
                         rms_norm_eps 1e-5, lm_head separate: model.safetensors + config.json +
                         generation_config.json as save_pretrained writes them (one file)
@@ -15,10 +15,16 @@ What it writes (the model is Hugging Face's LlamaForCausalLM; no biases; float32
                         model-0000i-of-0000n.safetensors and model.safetensors.index.json
   mha_tied/             KV=H=4, F=128, rope_theta 5e5, rms_norm_eps 1e-6, lm_head tied to the
                         embedding (not stored), otherwise as gqa_untied
+  mistral_window/       MistralForCausalLM (a llama whose attention has a sliding window):
+                        sliding_window W=8 of the T=32 positions evaluated, C=32, H=4, KV=2,
+                        F=64, L=2, rope_theta 500 (with head_dim 8 and W = 8, 1e4 and 5e5 differ by
+                        less than 1e-6 of the loss), rms_norm_eps 1e-5, lm_head separate
   reference.json        per model: the mean next-token cross-entropy transformers computes in
                         float64 and in float32 on the windows `tessera eval` evaluates, the greedy
                         continuation of PROMPT, and the float64 loss under deliberate mistakes
-                        (how far a wrong RoPE, GQA mapping, eps or norm moves it)
+                        (how far a wrong RoPE, GQA mapping, eps or norm moves it; for the Mistral,
+                        no window (the same tensors as a LlamaForCausalLM) and windows W - 1, W + 1,
+                        and the greedy continuation without the window)
 
 The weights are not transformers' init (whose order of draws may change between releases) but
 drawn here, tensor by tensor in name order, from one seeded torch.Generator, and scaled so that
@@ -47,7 +53,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 SEED = 20261128
 TEXT = os.path.join("tests", "data", "bpe", "kjv_slice.txt")  # relative to the repository root
@@ -57,21 +63,34 @@ PROMPT = "And God said"  # 12 bytes + 20 new tokens = 32: never more than the co
 NEW_TOKENS = 20
 SHARD = "200KB"  # gqa_untied's 378 KB of float32 tensors in 2 shards
 
+WINDOW = 8  # the Mistral's sliding window: a quarter of the CONTEXT positions each window evaluates
+
 BASE = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_hidden_layers=2, max_position_embeddings=CONTEXT,
-            hidden_act="silu", attention_bias=False, mlp_bias=False, bos_token_id=None, eos_token_id=None,
-            pad_token_id=None, use_cache=True)
+            hidden_act="silu", bos_token_id=None, eos_token_id=None, pad_token_id=None, use_cache=True)
+LLAMA = dict(attention_bias=False, mlp_bias=False)  # LlamaConfig's keys that MistralConfig lacks
 MODELS = {
-    "gqa_untied": dict(num_key_value_heads=2, intermediate_size=96, rope_theta=10000.0, rms_norm_eps=1e-5,
+    "gqa_untied": dict(LLAMA, num_key_value_heads=2, intermediate_size=96, rope_theta=10000.0, rms_norm_eps=1e-5,
                        tie_word_embeddings=False),
-    "mha_tied": dict(num_key_value_heads=4, intermediate_size=128, rope_theta=500000.0, rms_norm_eps=1e-6,
+    "mha_tied": dict(LLAMA, num_key_value_heads=4, intermediate_size=128, rope_theta=500000.0, rms_norm_eps=1e-6,
                      tie_word_embeddings=True),
+    "mistral_window": dict(hidden_size=32, num_key_value_heads=2, intermediate_size=64, rope_theta=500.0,
+                           rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=WINDOW),
 }
 
 
+def classes(name):
+    """(config class, model class): a model with a sliding window is a Mistral, the others Llamas."""
+    return (MistralConfig, MistralForCausalLM) if "sliding_window" in MODELS[name] else (LlamaConfig, LlamaForCausalLM)
+
+
+def make_config(name, **change):
+    return classes(name)[0](**{**BASE, **MODELS[name], **change})
+
+
 def make_model(name):
-    config = LlamaConfig(**BASE, **MODELS[name])
+    config = make_config(name)
     torch.manual_seed(SEED)  # nothing below should draw from it, but transformers' own init does
-    model = LlamaForCausalLM(config).float().eval()
+    model = classes(name)[1](config).float().eval()
     g = torch.Generator().manual_seed(SEED)
     params = dict(model.named_parameters())  # a tied lm_head.weight is the embedding: listed once
     with torch.no_grad():
@@ -122,22 +141,41 @@ def greedy(model):
     return new
 
 
+def without_window(name, model):
+    """The Mistral's tensors as a LlamaForCausalLM in float64: the same model without its window."""
+    llama = {k: v for k, v in MODELS[name].items() if k != "sliding_window"}
+    m = LlamaForCausalLM(LlamaConfig(**{**BASE, **llama})).double().eval()
+    m.load_state_dict(model.state_dict())
+    return m
+
+
 def perturbed(model, name, x, y):
     """float64 losses of deliberately wrong variants of the model: what each mistake costs."""
     out = {}
     config = model.config
+    model_class = classes(name)[1]
 
     def loss_of(change):
-        m = LlamaForCausalLM(config).double().eval()
+        m = model_class(config).double().eval()
         m.load_state_dict(model.state_dict())
         change(m)
         return mean_loss(m, x, y)
 
+    def loss_as(**change):
+        m = model_class(make_config(name, **change)).double().eval()
+        m.load_state_dict(model.state_dict())
+        return mean_loss(m, x, y)
+
     hd = config.hidden_size // config.num_attention_heads
     other_theta = 500000.0 if MODELS[name]["rope_theta"] == 10000.0 else 10000.0
-    m = LlamaForCausalLM(LlamaConfig(**BASE, **dict(MODELS[name], rope_theta=other_theta))).double().eval()
-    m.load_state_dict(model.state_dict())
-    out[f"rope_theta {other_theta:g}"] = mean_loss(m, x, y)
+    out[f"rope_theta {other_theta:g}"] = loss_as(rope_theta=other_theta)
+
+    if "sliding_window" in MODELS[name]:
+        # The window: none (the same tensors and config keys as a LlamaForCausalLM), one short,
+        # one long.
+        out["no sliding window (LlamaForCausalLM)"] = mean_loss(without_window(name, model), x, y)
+        for w in (WINDOW - 1, WINDOW + 1):
+            out[f"sliding_window {w}"] = loss_as(sliding_window=w)
 
     other_eps = 1e-6 if config.rms_norm_eps == 1e-5 else 1e-5
 
@@ -228,8 +266,11 @@ def write(out_dir, tessera, root):
             assert len(shards) >= 2 and os.path.exists(os.path.join(sharded, "model.safetensors.index.json")), shards
             folders.append(name + "_sharded")
         # Reference numbers from what was written, loaded back as any user would.
-        m64 = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float64).eval()
-        m32 = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+        model_class = classes(name)[1]
+        m64 = model_class.from_pretrained(folder, torch_dtype=torch.float64).eval()
+        m32 = model_class.from_pretrained(folder, torch_dtype=torch.float32).eval()
+        if "sliding_window" in MODELS[name]:
+            assert type(m64) is MistralForCausalLM and m64.config.sliding_window == WINDOW, m64.config
         loss64, loss32 = mean_loss(m64, x, y), mean_loss(m32, x, y)
         new64, new32 = greedy(m64), greedy(m32)
         c = m64.config
@@ -238,7 +279,8 @@ def write(out_dir, tessera, root):
             "dims": {"V": c.vocab_size, "C": c.hidden_size, "H": c.num_attention_heads, "KV": c.num_key_value_heads,
                      "hd": c.hidden_size // c.num_attention_heads, "F": c.intermediate_size,
                      "L": c.num_hidden_layers, "T": c.max_position_embeddings, "rope_theta": MODELS[name]["rope_theta"],
-                     "norm_eps": c.rms_norm_eps, "tie_embeddings": c.tie_word_embeddings},
+                     "norm_eps": c.rms_norm_eps, "tie_embeddings": c.tie_word_embeddings,
+                     "window": MODELS[name].get("sliding_window", 0)},
             "parameters": sum(p.numel() for p in m64.parameters()),
             "loss_float64": loss64,
             "loss_float32": loss32,
@@ -248,6 +290,14 @@ def write(out_dir, tessera, root):
             "generate_output_hex": (PROMPT.encode() + bytes(new64)).hex(),
             "loss_float64_if_wrong": perturbed(m64, name, x, y),
         }
+        if "sliding_window" in MODELS[name]:
+            # The greedy continuation of the same tensors without the window (a LlamaForCausalLM).
+            entry["generate_float64_new_ids_if_no_window"] = greedy(without_window(name, m64))
+            # The window must matter well beyond the 1e-5 that the tests allow, and to the text.
+            for mistake, loss in entry["loss_float64_if_wrong"].items():
+                if "window" in mistake:
+                    assert abs(loss - loss64) > 1e-4 * loss64, (mistake, loss, loss64)
+            assert entry["generate_float64_new_ids_if_no_window"] != new64
         if name == "gqa_untied":
             sharded_model = LlamaForCausalLM.from_pretrained(os.path.join(out_dir, name + "_sharded"),
                                                              torch_dtype=torch.float64).eval()

@@ -2,8 +2,9 @@
 // back bit for bit (`tessera diff --tolerance 0`) with `tessera eval`'s loss unchanged, from one
 // file, from shards through an index and on 2 ranks alike; config.json says what the deck says;
 // tiny models that transformers itself made and evaluated (tests/data/llama, made by
-// tools/make_llama_fixtures.py) import to transformers' loss within 1e-5 and its greedy
-// continuation byte for byte; every bad input is exit 2 with one line and no file.
+// tools/make_llama_fixtures.py: Llamas, and a Mistral whose sliding window is part of the model)
+// import to transformers' loss within 1e-5 and its greedy continuation byte for byte; every bad
+// input is exit 2 with one line and no file.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -456,27 +457,68 @@ TEST(HfLlama, WindowModelInTransformersGivesTesseraLossAndGreedyText) {
 
 // --- Models transformers made -----------------------------------------------------------------
 
-// tests/data/llama: LlamaForCausalLM models saved by transformers' save_pretrained (one file, the
-// same sharded, a tied one with transformers 5's rope_parameters), evaluated by transformers on the
-// /val windows of `tessera prepare text tests/data/bpe/kjv_slice.txt` (reference.json). Imported
-// with a deck of the same dimensions they give transformers' loss within 1e-5 and its greedy
-// continuation of the prompt byte for byte.
+// tests/data/llama: models saved by transformers' save_pretrained and evaluated by transformers on
+// the /val windows of `tessera prepare text tests/data/bpe/kjv_slice.txt` (reference.json).
+const nlohmann::json& reference() {
+  static const nlohmann::json ref = nlohmann::json::parse(read_file(kFixtures + "/reference.json"));
+  return ref;
+}
+
+const std::string& kjv() {
+  static const std::string path = prepared("kjv", kSource + "/tests/data/bpe/kjv_slice.txt");
+  return path;
+}
+
+// A deck of reference.json's dimensions `d` (a model's "dims") with sliding window `window`.
+std::string fixture_deck(const nlohmann::json& d, int window) {
+  return fmt::format(
+      "{}/tests/integration/gpt_test.toml --set data.path={} --set data.test_split={} --set model.kind=llama "
+      "--set model.layers={} --set model.width={} --set model.heads={} --set model.kv_heads={} "
+      "--set model.ffn_width={} --set model.context={} --set model.rope_theta={} --set model.norm_eps={} "
+      "--set model.tie_embeddings={} --set model.window={}",
+      kSource, kjv(), reference()["data"]["split"].get<std::string>(), d["L"].get<int>(), d["C"].get<int>(),
+      d["H"].get<int>(), d["KV"].get<int>(), d["F"].get<int>(), d["T"].get<int>(), d["rope_theta"].get<double>(),
+      d["norm_eps"].get<double>(), d["tie_embeddings"].get<bool>(), window);
+}
+
+// `tessera eval`'s loss of checkpoint, printed beside transformers' and required within 1e-5 of both
+// its float32 and float64 losses (fixture model m); returned.
+double expect_transformers_loss(const std::string& deck, const std::string& checkpoint, const nlohmann::json& m,
+                                const std::string& label) {
+  const double loss = std::stod(eval_loss(deck, checkpoint));
+  const double f32 = m["loss_float32"], f64 = m["loss_float64"];
+  std::printf("%s: tessera eval %.9g, transformers float32 %.9g, float64 %.9g\n", label.c_str(), loss, f32, f64);
+  EXPECT_NEAR(loss, f32, 1e-5 * f32);
+  EXPECT_NEAR(loss, f64, 1e-5 * f64);
+  return loss;
+}
+
+// `tessera generate --temperature 0` continues reference.json's prompt with transformers' greedy
+// tokens: the prompt's bytes and the new tokens as bytes, then a newline.
+void expect_transformers_greedy(const std::string& deck, const std::string& checkpoint, const nlohmann::json& m) {
+  const std::string prompt = reference()["generate"]["prompt"];
+  const int new_tokens = reference()["generate"]["new_tokens"];
+  std::string expected;
+  const std::string hex = m["generate_output_hex"];
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    expected.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  ASSERT_EQ(expected.substr(0, prompt.size()), prompt);
+  ASSERT_EQ(expected.size(), prompt.size() + static_cast<std::size_t>(new_tokens));
+  const std::string text = checkpoint + ".txt";
+  const RunResult g = direct(fmt::format("generate {} --checkpoint {} --prompt '{}' --tokens {} --temperature 0 > {}",
+                                         deck, checkpoint, prompt, new_tokens, text));
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_EQ(read_file(text), expected + "\n");
+}
+
+// LlamaForCausalLM models (one file, the same sharded, a tied one), imported with a deck of the same
+// dimensions, give transformers' loss within 1e-5 and its greedy continuation of the prompt byte
+// for byte. (The Mistral: its own test below.)
 TEST(HfLlama, TransformersModelsGiveTransformersLossAndGreedyText) {
-  const nlohmann::json ref = nlohmann::json::parse(read_file(kFixtures + "/reference.json"));
-  const std::string data = prepared("kjv", kSource + "/tests/data/bpe/kjv_slice.txt");
-  const std::string prompt = ref["generate"]["prompt"];
-  const int new_tokens = ref["generate"]["new_tokens"];
   const std::string out = fresh_dir("fixtures");
-  for (const auto& [model, m] : ref["models"].items()) {
-    const auto& d = m["dims"];
-    const std::string deck = fmt::format(
-        "{}/tests/integration/gpt_test.toml --set data.path={} --set data.test_split={} --set model.kind=llama "
-        "--set model.layers={} --set model.width={} --set model.heads={} --set model.kv_heads={} "
-        "--set model.ffn_width={} --set model.context={} --set model.rope_theta={} --set model.norm_eps={} "
-        "--set model.tie_embeddings={}",
-        kSource, data, ref["data"]["split"].get<std::string>(), d["L"].get<int>(), d["C"].get<int>(),
-        d["H"].get<int>(), d["KV"].get<int>(), d["F"].get<int>(), d["T"].get<int>(), d["rope_theta"].get<double>(),
-        d["norm_eps"].get<double>(), d["tie_embeddings"].get<bool>());
+  for (const auto& [model, m] : reference()["models"].items()) {
+    if (m["dims"]["window"] != 0) continue;
+    const std::string deck = fixture_deck(m["dims"], 0);
     std::string first;
     for (const auto& folder : m["folders"]) {
       SCOPED_TRACE(folder.get<std::string>());
@@ -486,27 +528,93 @@ TEST(HfLlama, TransformersModelsGiveTransformersLossAndGreedyText) {
       ASSERT_EQ(r.exit_code, 0) << r.output;
       if (first.empty()) first = checkpoint;
       else expect_same_model(first, checkpoint);  // the shards are the single file's tensors
-
-      const double loss = std::stod(eval_loss(deck, checkpoint));
-      const double f32 = m["loss_float32"], f64 = m["loss_float64"];
-      std::printf("%s: tessera eval %.9g, transformers float32 %.9g, float64 %.9g\n", folder.get<std::string>().c_str(),
-                  loss, f32, f64);
-      EXPECT_NEAR(loss, f32, 1e-5 * f32);
-      EXPECT_NEAR(loss, f64, 1e-5 * f64);
-
-      // Greedy: the prompt's bytes and transformers' new tokens as bytes, then a newline.
-      std::string expected;
-      const std::string hex = m["generate_output_hex"];
-      for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
-        expected.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-      ASSERT_EQ(expected.substr(0, prompt.size()), prompt);
-      ASSERT_EQ(expected.size(), prompt.size() + static_cast<std::size_t>(new_tokens));
-      const std::string text = checkpoint + ".txt";
-      const RunResult g = direct(fmt::format("generate {} --checkpoint {} --prompt '{}' --tokens {} --temperature 0 > {}",
-                                             deck, checkpoint, prompt, new_tokens, text));
-      ASSERT_EQ(g.exit_code, 0) << g.output;
-      EXPECT_EQ(read_file(text), expected + "\n");
+      expect_transformers_loss(deck, checkpoint, m, folder.get<std::string>());
+      expect_transformers_greedy(deck, checkpoint, m);
     }
+  }
+}
+
+// mistral_window: a MistralForCausalLM with sliding_window 8 over the 32 positions evaluated.
+// Imported with the deck's model.window = 8 it gives transformers' loss within 1e-5 and its greedy
+// text byte for byte. The window is what makes it so: the same tensors imported as a
+// LlamaForCausalLM into a deck without a window give transformers' Llama loss instead, 1e-3 away
+// (and windows 7 and 9 would be as far: reference.json). Exported again, it is the file
+// transformers wrote (the tensors bit for bit, config.json key for key), so transformers loads
+// Tessera's Mistral export as the model whose numbers Tessera just reproduced.
+TEST(HfLlama, TransformersMistralGivesTransformersLossAndGreedyTextThroughItsWindow) {
+  const nlohmann::json& m = reference()["models"]["mistral_window"];
+  const int window = m["dims"]["window"];
+  ASSERT_EQ(window, 8);
+  ASSERT_LT(window, m["dims"]["T"].get<int>());
+  const std::string fixture = kFixtures + "/mistral_window";
+  const std::string deck = fixture_deck(m["dims"], window);
+  const std::string out = fresh_dir("mistral_fixture");
+  const std::string checkpoint = out + "/mistral.h5";
+  const RunResult r = direct(fmt::format("import {} --deck {} --out {}", fixture, deck, checkpoint));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("context 32 (sliding window 8)"), std::string::npos) << r.output;
+  const double loss = expect_transformers_loss(deck, checkpoint, m, "mistral_window");
+  expect_transformers_greedy(deck, checkpoint, m);
+
+  // What a missing or wrong window would cost, as transformers measured it: far beyond 1e-5, and
+  // other greedy text.
+  const double f64 = m["loss_float64"];
+  const auto& wrong = m["loss_float64_if_wrong"];
+  for (const char* mistake : {"no sliding window (LlamaForCausalLM)", "sliding_window 7", "sliding_window 9"}) {
+    SCOPED_TRACE(mistake);
+    EXPECT_GT(std::abs(wrong[mistake].get<double>() - f64), 1e-4 * f64);
+  }
+  EXPECT_NE(m["generate_float64_new_ids_if_no_window"], m["generate_float64_new_ids"]);
+
+  // The same tensors as a Llama (config.json without the window): transformers' Llama loss.
+  const std::string llama = fresh_dir("mistral_as_llama");
+  fs::copy_file(fixture + "/model.safetensors", llama + "/model.safetensors");
+  auto config = nlohmann::json::parse(read_file(fixture + "/config.json"));
+  config["architectures"] = {"LlamaForCausalLM"};
+  config["model_type"] = "llama";
+  config.erase("sliding_window");
+  std::ofstream(llama + "/config.json") << config.dump(2);
+  const std::string no_window = fixture_deck(m["dims"], 0);
+  ASSERT_EQ(direct(fmt::format("import {} --deck {} --out {}/llama.h5", llama, no_window, out)).exit_code, 0);
+  const double as_llama = std::stod(eval_loss(no_window, out + "/llama.h5"));
+  const double llama_f64 = wrong["no sliding window (LlamaForCausalLM)"];
+  std::printf("mistral_window as a llama: tessera eval %.9g, transformers' Llama float64 %.9g\n", as_llama, llama_f64);
+  EXPECT_NEAR(as_llama, llama_f64, 1e-5 * llama_f64);
+  EXPECT_GT(std::abs(as_llama - loss), 1e-4 * loss);
+
+  // Back out: transformers' own file. config.json: every key save_pretrained wrote, with its value,
+  // but the writer's version, and the forms transformers 5 and 4 give the same settings
+  // (rope_parameters {rope_theta, rope_type "default"} as rope_theta with rope_scaling null; dtype
+  // as torch_dtype); and no other key.
+  const std::string exported = out + "/mistral-hf";
+  const RunResult e = direct(fmt::format("export {} --hf-llama --out {}", checkpoint, exported));
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const auto theirs = nlohmann::json::parse(read_file(fixture + "/config.json"));
+  const auto ours = nlohmann::json::parse(read_file(exported + "/config.json"));
+  const auto our = [&](const std::string& key) { return ours.contains(key) ? ours.at(key) : nlohmann::json("absent"); };
+  for (const auto& [key, value] : theirs.items()) {
+    SCOPED_TRACE(key);
+    if (key == "transformers_version") continue;
+    if (key == "rope_parameters") {
+      EXPECT_EQ(value, nlohmann::json({{"rope_theta", our("rope_theta")}, {"rope_type", "default"}}));
+      EXPECT_TRUE(our("rope_scaling").is_null());
+    } else {
+      EXPECT_EQ(our(key == "dtype" ? "torch_dtype" : key), value);
+    }
+  }
+  for (const auto& [key, value] : ours.items())
+    EXPECT_TRUE(theirs.contains(key) || key == "rope_theta" || key == "rope_scaling" || key == "torch_dtype") << key;
+  std::vector<io::NamedTensor> a = read_all(fixture + "/model.safetensors");
+  std::vector<io::NamedTensor> b = read_all(exported + "/model.safetensors");
+  const auto by_name = [](const io::NamedTensor& x, const io::NamedTensor& y) { return x.name < y.name; };
+  std::sort(a.begin(), a.end(), by_name);
+  std::sort(b.begin(), b.end(), by_name);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE(a[i].name);
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(a[i].shape, b[i].shape);
+    EXPECT_EQ(a[i].values, b[i].values);
   }
 }
 
