@@ -379,6 +379,17 @@ Pass own_pass(int batch, int seq, int heads, int kv_heads, int hd, int window, b
   return g;
 }
 
+/// The ring's pass at `step` on rank s of sp: the own pass with the key chunks of the block that
+/// came from rank s - step (its head chunk and its tail chunk).
+Pass ring_step(const Pass& own, int s, int sp, int step) {
+  Pass g = own;
+  const int src = (s - step + sp) % sp;
+  const Index c = own.n / 2;
+  g.k[0].pos0 = Index(src) * c;
+  g.k[1].pos0 = Index(2 * sp - 1 - src) * c;
+  return g;
+}
+
 }  // namespace
 
 template <class T>
@@ -405,12 +416,7 @@ void Gpt<T>::ring_attend(const ExecSpace& exec, const MatrixU<const T>& qkv, con
             ContextMessage<T>{kv[(step + 1) % 2], block, (s + sp - 1) % sp, false}};
         part_.messages(msgs);
       }
-      Pass g = own;  // the block of rank s - step: its chunks' positions
-      const int src = (s - step + sp) % sp;
-      const Index c = seq_ / 2;
-      g.k[0].pos0 = Index(src) * c;
-      g.k[1].pos0 = Index(2 * sp - 1 - src) * c;
-      forward_pass(exec, p, g, qkv.data(), cur, S, m, l, y.data(), ldy, step == 0);
+      forward_pass(exec, p, ring_step(own, s, sp, step), qkv.data(), cur, S, m, l, y.data(), ldy, step == 0);
       if (more) part_.wait();
     }
   } else {  // the window's halo: the own block while it arrives, then each piece
@@ -447,7 +453,7 @@ template <class T>
 void Gpt<T>::halo_exchange(const ExecSpace& exec, int batch, bool gradients) const {
   // Forward (and again in backward): rank s receives piece d from s - d and sends its tail to
   // s + d. gradients: the halo's gradients go back to s - d, and rank s receives those of its
-  // tail from s + d (then added by halo_gather).
+  // tail from s + d (ring_attend_backward adds them to its own).
   const int sp = part_.sp, s = part_.s;
   const std::size_t kc = 2 * std::size_t(ring_kv_heads()) * std::size_t(hd_);
   const std::size_t own = std::size_t(batch) * std::size_t(seq_) * kc;
@@ -517,13 +523,8 @@ void Gpt<T>::ring_attend_backward(const ExecSpace& exec, const Acts& a, const Ma
         msgs.push_back(ContextMessage<T>{in, block, (s + sp - 1) % sp, false});
       }
       part_.messages(msgs);
-      Pass g = own;
-      const int src = (s - step + sp) % sp;
-      const Index c = seq_ / 2;
-      g.k[0].pos0 = Index(src) * c;
-      g.k[1].pos0 = Index(2 * sp - 1 - src) * c;
       zero(exec, L, block);
-      backward_pass(exec, p, g, qkv, cur, L, S, dS, lse, D, dyd, ldy, dq);
+      backward_pass(exec, p, ring_step(own, s, sp, step), qkv, cur, L, S, dS, lse, D, dyd, ldy, dq);
       part_.wait();
       add_blocks(exec, Index(block), step == 0, in, L, out);
     }
