@@ -17,7 +17,7 @@ mkdir -p "$jobs_dir"
 cd "$jobs_dir"
 export TESSERA=$TESSERA_BINARY TESSERA_JOBSCRIPTS=$SOURCE_DIR/jobscripts
 corpus=$WORK_DIR/docs.h5
-"$TESSERA_BINARY" prepare text --out "$corpus" "$SOURCE_DIR/README.md" "$SOURCE_DIR/docs/design.md" >/dev/null
+"$TESSERA_BINARY" prepare text --out "$corpus" "$SOURCE_DIR"/tests/data/corpus/{readme,design}.txt >/dev/null
 # Submits gpt-3d.sbatch on $1 nodes x $2 ranks as a CPU user does, with the arguments after them.
 submit_gpt() {
   local nodes=$1 per_node=$2

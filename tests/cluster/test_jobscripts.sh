@@ -59,8 +59,7 @@ say "c) chained.sbatch on 2 nodes: link 1 stopped after step $((pause_step + 1))
 
 # --- d) gpt-3d.sbatch on 4 nodes with the CPU build ------------------------------------------------------
 corpus=$WORK_DIR/docs.h5
-"$TESSERA_BINARY" prepare text --out "$corpus" "$SOURCE_DIR/README.md" "$SOURCE_DIR/docs/design.md" \
-  "$SOURCE_DIR/docs/deck.md" >/dev/null
+"$TESSERA_BINARY" prepare text --out "$corpus" "$SOURCE_DIR"/tests/data/corpus/{readme,design,deck}.txt >/dev/null
 gpt_deck=$SOURCE_DIR/tests/integration/gpt_test.toml
 gpt_args=(--set "data.path=$corpus" --set run.blas_threads=1 --set train.steps=12 --set eval.every_steps=6
   --set checkpoint.every_steps=6)

@@ -14,11 +14,8 @@ namespace tessera::test {
 inline const std::string& corpus() {
   static const std::string path = [] {
     const std::string dir = fresh_dir("corpus");
-    const std::string src = TESSERA_SOURCE_DIR;
     const std::string out = dir + "/docs.h5";
-    const RunResult r = tessera(1, fmt::format("prepare text --out {} {}/README.md {}/docs/design.md "
-                                               "{}/docs/deck.md {}/docs/performance.md",
-                                               out, src, src, src, src));
+    const RunResult r = tessera(1, fmt::format("prepare text --out {} {}", out, corpus_files(4)));
     if (r.exit_code != 0) ADD_FAILURE() << r.output;
     return out;
   }();

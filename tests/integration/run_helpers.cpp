@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <sstream>
 #include <string_view>
 
@@ -136,6 +137,15 @@ double max_relative_difference(const std::map<std::int64_t, double>& a,
 const std::string& test_deck() {
   static const std::string deck = std::string(TESSERA_SOURCE_DIR) + "/tests/integration/mlp_test.toml";
   return deck;
+}
+
+std::string corpus_files(int n) {
+  static const char* const files[] = {"readme.txt", "design.txt", "deck.txt", "performance.txt"};
+  if (n < 1 || n > 4) throw std::invalid_argument("corpus_files: 1 to 4 files");
+  std::string out;
+  for (int i = 0; i < n; ++i)
+    out += std::string(i > 0 ? " " : "") + TESSERA_SOURCE_DIR + "/tests/data/corpus/" + files[i];
+  return out;
 }
 
 std::string train_args(const std::string& out, const std::string& extra) {

@@ -57,6 +57,10 @@ double max_relative_difference(const std::map<std::int64_t, double>& a,
 const std::string& test_deck();
 /// `train DECK` on the prepared data into `out`, plus `extra` arguments.
 std::string train_args(const std::string& out, const std::string& extra = "");
+/// \brief The first `n` (1 to 4) files of the text corpus the transformer tests train on, as
+/// `prepare text` arguments: tests/data/corpus/, frozen copies of the README and three docs pages,
+/// so that editing the docs changes no test's data (and no tolerance it was set by).
+std::string corpus_files(int n);
 /// \brief The directory of `tessera(ranks, train_args(DIR, extra))`, trained once per test program
 /// and shared by every case that compares with that same run under the same test hooks (the
 /// TESSERA_TEST_* variables of the environment). Callers read it and never write into it: copy it

@@ -37,8 +37,7 @@ std::string ckpt(const std::string& run, int step) { return fmt::format("{}/chec
 const std::string& corpus() {
   static const std::string path = [] {
     const std::string out = fresh_dir("corpus") + "/docs.h5";
-    const RunResult r = tessera(1, fmt::format("prepare text --out {} {}/README.md {}/docs/design.md {}/docs/deck.md",
-                                               out, kSource, kSource, kSource));
+    const RunResult r = tessera(1, fmt::format("prepare text --out {} {}", out, corpus_files(3)));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return out;
   }();

@@ -47,7 +47,7 @@ std::string prepared(const std::string& name, const std::string& files) {
 // The GPT tests' corpus (test_export.cpp's): the README and two docs pages as bytes.
 const std::string& corpus() {
   static const std::string path =
-      prepared("corpus", fmt::format("{0}/README.md {0}/docs/design.md {0}/docs/deck.md", kSource));
+      prepared("corpus", corpus_files(3));
   return path;
 }
 
