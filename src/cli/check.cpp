@@ -130,7 +130,9 @@ void print_estimate(const Config& cfg, const ModelShape& shape, const MemoryEsti
                            megabytes(e.optimizer), megabytes(e.activations), e.micro_batch,
                            e.eval_batch, megabytes(e.comm), megabytes(e.data), megabytes(e.total()));
   if (e.offload_disk > 0)
-    std::cout << fmt::format("optimizer state on disk per rank (optimizer.offload = \"disk\", under {}): {}\n",
+    std::cout << fmt::format("{} on disk per rank (optimizer.offload = \"disk\"{}, under {}): {}\n",
+                             cfg.optimizer.offload_values ? "optimizer state and parameter values" : "optimizer state",
+                             cfg.optimizer.offload_values ? ", optimizer.offload_values = true" : "",
                              offload_dir(cfg.optimizer.offload_path), megabytes(e.offload_disk));
   if (e.offload_host > 0)
     std::cout << fmt::format("host memory per rank beside the device's (optimizer.offload = \"{}\": {}): {}\n",
@@ -161,8 +163,9 @@ int check(const DeckArgs& args, int ranks, int ranks_per_node) {
         eval_enabled(cfg.eval) ? io::open_split(MPI_COMM_SELF, cfg.data.path, cfg.data.test_split,
                                                 cfg.model.context, false)->info().samples
                                : 0;
-    const MemoryEstimate estimate = estimate_memory(cfg, shape, batch_rows(cfg, info.samples, test_samples));
-    check_memory(cfg, estimate, 1);
+    const BatchRows rows = batch_rows(cfg, info.samples, test_samples);
+    const MemoryEstimate estimate = estimate_memory(cfg, shape, rows);
+    check_memory(cfg, estimate, 1, [&](const Config& c) { return estimate_memory(c, shape, rows); });
     if (!plan.places.empty()) check_tensor_within_node(cfg, plan.places);
 
     std::cout << "# resolved deck\n" << cfg.resolved_toml << "\n";

@@ -78,6 +78,9 @@ void Communicator::reduce_scatter_sum(const float* send, float* recv, std::size_
                                       ReduceDtype wire) const {
   const int elements = mpi_count(chunk, "reduce_scatter_sum");
   const auto p = static_cast<std::size_t>(size(g));
+  // send == recv only alone in the group: the sum is there already (MPI's in-place form would
+  // copy the whole bucket through a temporary of its own).
+  if (send == recv && wire == ReduceDtype::fp32) return;
   const std::uint64_t id = enter("reduce_scatter", g, chunk * element_bytes(wire) * p, true);
   if (id == 0) return;
   const comm::WatchedOp watched(id);
@@ -126,6 +129,7 @@ PendingOp Communicator::ireduce_scatter_sum(const float* send, float* recv, std:
                                             ReduceDtype wire) const {
   const int elements = mpi_count(chunk, "ireduce_scatter_sum");
   const auto p = static_cast<std::size_t>(size(g));
+  if (send == recv && wire == ReduceDtype::fp32) return PendingOp();  // alone in the group, as above
   const std::uint64_t id = enter("ireduce_scatter", g, chunk * element_bytes(wire) * p, false);
   if (id == 0) return PendingOp();
   count(g, chunk * element_bytes(wire) * p, 0, 0);

@@ -123,6 +123,7 @@ struct OptimizerConfig {
   std::string offload_path;         ///< disk: the directory of the state files; "": $TMPDIR, else /tmp
   double offload_buffer_mb = 64.0;  ///< disk: the host buffer the state streams through, in MB
   bool offload_overlap = true;      ///< disk: read the next tile and write the last while updating
+  bool offload_values = false;      ///< disk at zero 3: the value shard in a scratch file as well
 
   bool operator==(const OptimizerConfig&) const = default;
 };

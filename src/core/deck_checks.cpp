@@ -95,6 +95,17 @@ void check_combinations(Config& cfg, const Origins& origins) {
          "\"onednn\" needs a build with oneDNN, and this one has none (configured with "
          "-DTESSERA_ENABLE_ONEDNN=OFF); allowed here: \"auto\", \"im2col\"");
 
+  if (o.offload_values && o.offload != OptimizerOffload::disk)
+    fail(where_of(cfg, origins, {"optimizer.offload_values", "optimizer.offload"}), "optimizer.offload_values",
+         fmt::format("true puts the parameter values in the offload file, but optimizer.offload = \"{}\" makes "
+                     "none; set optimizer.offload = \"disk\"",
+                     to_string(o.offload)));
+  if (o.offload_values && cfg.parallel.zero != 3)
+    fail(where_of(cfg, origins, {"optimizer.offload_values", "parallel.zero"}), "optimizer.offload_values",
+         fmt::format("true keeps only the values of the bucket being computed in memory, which needs the values "
+                     "gathered per bucket, but parallel.zero = {} holds them all; set parallel.zero = 3",
+                     cfg.parallel.zero));
+
   if (cfg.parallel.zero_group == ZeroGroup::node && cfg.parallel.zero == 0)
     fail(where_of(cfg, origins, {"parallel.zero_group", "parallel.zero"}), "parallel.zero_group",
          "\"node\" shards the training state within each node, but parallel.zero = 0 shards nothing; "

@@ -24,12 +24,12 @@ double OffloadPlan::buffer_bytes() const {
   return static_cast<double>(depth * tile) * (4.0 * static_cast<double>(streams) + (staged ? 2.0 : 0.0));
 }
 
-OffloadPlan offload_plan(const OptimizerConfig& cfg, std::size_t states, std::size_t n, bool staged) {
+OffloadPlan offload_plan(const OptimizerConfig& cfg, std::size_t states, std::size_t n, bool staged, bool values) {
   const std::size_t block = StateFile::kBlock;
   OffloadPlan p;
   p.depth = cfg.offload_overlap ? 3 : 1;
   p.padded = (n + block - 1) / block * block;
-  p.streams = (cfg.offload == OptimizerOffload::disk ? states : 0) + (staged ? 2 : 0);
+  p.streams = (cfg.offload == OptimizerOffload::disk ? states : 0) + (values ? 1 : 0) + (staged ? (values ? 1 : 2) : 0);
   p.staged = staged;
   const auto buffer = static_cast<std::size_t>(cfg.offload_buffer_mb * 1e6 / sizeof(float));
   const std::size_t tile =
@@ -43,7 +43,8 @@ bool offload_staged(const OptimizerConfig& cfg) {
   return !Kokkos::SpaceAccessibility<HostSpace, Vector<float>::memory_space>::accessible || test_hooks::stage_offload();
 }
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank) : cfg_(cfg), n_(n) {
+Optimizer::Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank, StateFile* values)
+    : cfg_(cfg), n_(n), values_(values) {
   if (cfg.kind == OptimizerKind::adamw)
     names_ = {"exp_avg", "exp_avg_sq"};
   else if (cfg.momentum > 0.0)
@@ -52,11 +53,12 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank) : cfg_
   const bool disk = cfg.offload == OptimizerOffload::disk && !names_.empty();
   if (!disk && !staged_) {  // with the parameters (optimizer.offload = "host" on a CPU build too)
     for (const auto& name : names_) states_.emplace_back(mem::label(mem::Category::optim, "tessera::Optimizer::" + name), n);
-    return;
+    if (values_ == nullptr) return;
   }
-  const OffloadPlan plan = offload_plan(cfg, names_.size(), n, staged_);
+  const OffloadPlan plan = offload_plan(cfg, names_.size(), n, staged_, values_ != nullptr);
   depth_ = plan.depth;
   tile_ = plan.tile;
+  padded_ = plan.padded;
   if (staged_) {
     // The update runs on the host: the state in host memory (or on disk), the parameters' and
     // gradients' tiles (and the bf16 copies') staged.
@@ -64,17 +66,19 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank) : cfg_
       for (const auto& name : names_)
         host_states_.emplace_back(mem::label(mem::Category::optim, "tessera::Optimizer::host_" + name), n);
     for (std::size_t b = 0; b < depth_; ++b) {
-      stage_p_.emplace_back(mem::label(mem::Category::optim, "tessera::Optimizer::stage_values"), tile_);
+      if (values_ == nullptr)  // values on disk come to the host in their own tiles
+        stage_p_.emplace_back(mem::label(mem::Category::optim, "tessera::Optimizer::stage_values"), tile_);
       stage_g_.emplace_back(mem::label(mem::Category::optim, "tessera::Optimizer::stage_grads"), tile_);
       stage_bf16_.emplace_back(mem::label(mem::Category::optim, "tessera::Optimizer::stage_bf16"), tile_);
     }
   }
-  if (!disk) return;
-  // The buffer holds `depth_` tiles of every state (the one updated, the next read, the last
-  // written); a tile is whole blocks, at least one.
+  if (!disk && values_ == nullptr) return;
+  // The buffer holds `depth_` tiles of every state on disk and of the values there (the one
+  // updated, the next read, the last written); a tile is whole blocks, at least one.
   const std::size_t block = StateFile::kBlock;
-  file_ = std::make_unique<StateFile>(offload_dir(cfg.offload_path), rank, names_.size(), n);
-  for (std::size_t i = 0; i < names_.size() * depth_; ++i) {
+  if (disk) file_ = std::make_unique<StateFile>(offload_dir(cfg.offload_path), rank, names_.size(), n);
+  const std::size_t streams = (disk ? names_.size() : 0) + (values_ != nullptr ? 1 : 0);
+  for (std::size_t i = 0; i < streams * depth_; ++i) {
     void* p = std::aligned_alloc(block * sizeof(float), tile_ * sizeof(float));
     if (p == nullptr) throw std::bad_alloc();
     tiles_.emplace_back(static_cast<float*>(p));
@@ -88,8 +92,9 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank) : cfg_
 }
 
 Optimizer::~Optimizer() {
-  io_.reset();  // before the buffers it may still be writing from
-  if (file_) mem::count_external(mem::Category::optim, -static_cast<std::int64_t>(tiles_.size() * tile_ * sizeof(float)));
+  io_.reset();  // before the buffers they may still be writing from
+  values_io_.reset();
+  if (!tiles_.empty()) mem::count_external(mem::Category::optim, -static_cast<std::int64_t>(tiles_.size() * tile_ * sizeof(float)));
 }
 
 std::string Optimizer::kind_name() const {
@@ -102,12 +107,13 @@ std::string Optimizer::describe_offload() const {
                             static_cast<double>(tile_) * sizeof(float) / 1e6,
                             depth_ > 1 ? ", the next copied down and the last up during each update" : ", one at a time")
               : std::string();
-  if (file_)
-    return fmt::format("disk, {} state buffer(s) of {:.1f} MB in {}, streamed in tiles of {:.2f} MB per buffer{}{}",
-                       names_.size(), static_cast<double>(n_) * sizeof(float) / 1e6, file_->describe(),
-                       static_cast<double>(tile_) * sizeof(float) / 1e6,
+  const std::string values = values_ != nullptr ? "; the parameter values streamed from their file beside it" : "";
+  if (file_ || values_ != nullptr)
+    return fmt::format("disk, {} state buffer(s) of {:.1f} MB in {}, streamed in tiles of {:.2f} MB per buffer{}{}{}",
+                       names_.size(), static_cast<double>(n_) * sizeof(float) / 1e6,
+                       file_ ? file_->describe() : std::string("no file"), static_cast<double>(tile_) * sizeof(float) / 1e6,
                        depth_ > 1 ? ", the next read and the last written during each update" : ", one at a time",
-                       staging);
+                       values, staging);
   if (staged_)
     return fmt::format("host, {} state buffer(s) of {:.1f} MB in host memory{}", names_.size(),
                        static_cast<double>(n_) * sizeof(float) / 1e6, staging);
@@ -139,7 +145,7 @@ void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<flo
                         h, x);
     }
   };
-  if (!file_ && !staged_) {
+  if (!file_ && !staged_ && values_ == nullptr) {
     std::vector<float*> state;
     for (const auto& s : states_) state.push_back(s.data() + state_offset);
     step(exec, params, grads, extras.bf16.extent(0) > 0 ? extras.bf16.data() : nullptr, n, state);
@@ -150,19 +156,22 @@ void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<flo
   // tile k uses buffer k % depth_, whose last write (tile k - depth_) was queued before tile k's
   // read. Staged, tile k's parameters and gradients are copied down into staging buffer k % depth_
   // (depth_ - 1 tiles ahead, on `exec`'s stream, in order with the copies up), updated on the
-  // host, and the parameters (and their bf16 copies) copied up behind.
+  // host, and the parameters (and their bf16 copies) copied up behind. Values in a file (values_)
+  // stream as one more state: read ahead, updated in their tile, written behind; never staged.
   struct Tile {
     std::size_t first, last;  // its whole blocks in the file
     std::size_t at, stop;     // the piece's elements in it
   };
   const auto t0 = std::chrono::steady_clock::now();
   if (file_ && !io_) io_ = std::make_unique<StateIo>(*file_);
+  if (values_ != nullptr && !values_io_) values_io_ = std::make_unique<StateIo>(*values_);
   const std::size_t block = StateFile::kBlock, end = state_offset + n;
+  const std::size_t on_disk = file_ ? names_.size() : 0;  // the values' tiles follow the states'
   std::vector<Tile> tiles;
   for (std::size_t at = state_offset; at < end;) {
     const std::size_t first = at / block * block;
     const std::size_t stop = std::min(end, first + tile_);
-    tiles.push_back({first, std::min((stop + block - 1) / block * block, file_ ? file_->padded() : n_), at, stop});
+    tiles.push_back({first, std::min((stop + block - 1) / block * block, file_ || values_ ? padded_ : n_), at, stop});
     at = stop;
   }
   const auto buffer = [&](std::size_t s, std::size_t k) { return tiles_[s * depth_ + k % depth_].get(); };
@@ -176,49 +185,66 @@ void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<flo
     using T = typename std::remove_cvref_t<decltype(buffers[0])>::value_type;
     return VectorU<T, PinnedSpace>(buffers[k % depth_].data(), tiles[k].stop - tiles[k].at);
   };
-  std::vector<std::uint64_t> read(tiles.size(), 0);
+  std::vector<std::uint64_t> read(tiles.size(), 0), read_values(tiles.size(), 0);
   const auto fetch = [&](std::size_t k) {
+    const std::size_t blocks = tiles[k].last - tiles[k].first;
     if (file_)
       for (std::size_t s = 0; s < names_.size(); ++s) {
-        read[k] = io_->read(s, tiles[k].first, tiles[k].last - tiles[k].first, buffer(s, k));
-        traffic_.read += static_cast<double>(tiles[k].last - tiles[k].first) * sizeof(float);
+        read[k] = io_->read(s, tiles[k].first, blocks, buffer(s, k));
+        traffic_.read += static_cast<double>(blocks) * sizeof(float);
       }
+    if (values_ != nullptr) {
+      read_values[k] = values_io_->read(0, tiles[k].first, blocks, buffer(on_disk, k));
+      traffic_.read += static_cast<double>(blocks) * sizeof(float);
+    }
     if (staged_) {
-      Kokkos::deep_copy(exec, stage(stage_p_, k), piece(params.data(), k));
+      if (values_ == nullptr) Kokkos::deep_copy(exec, stage(stage_p_, k), piece(params.data(), k));
       Kokkos::deep_copy(exec, stage(stage_g_, k), piece(grads.data(), k));
     }
   };
   const std::size_t ahead = depth_ - 1;
-  std::uint64_t written = 0;
+  std::uint64_t written = 0, written_values = 0;
   for (std::size_t k = 0; k < std::min(ahead, tiles.size()); ++k) fetch(k);
   for (std::size_t k = 0; k < tiles.size(); ++k) {
     if (ahead == 0) fetch(k);
     if (staged_) exec.fence();  // tile k is down, tile k - 1 up
     if (ahead > 0 && k + ahead < tiles.size()) fetch(k + ahead);  // into the buffer tile k - 1 used
     if (file_) io_->wait(read[k]);
+    if (values_ != nullptr) values_io_->wait(read_values[k]);
+    const std::size_t skip = tiles[k].at - tiles[k].first, count = tiles[k].stop - tiles[k].at;
     std::vector<float*> state;
     for (std::size_t s = 0; s < names_.size(); ++s)
-      state.push_back(file_ ? buffer(s, k) + (tiles[k].at - tiles[k].first) : host_states_[s].data() + tiles[k].at);
-    const std::size_t count = tiles[k].stop - tiles[k].at;
+      state.push_back(file_                   ? buffer(s, k) + skip
+                      : !host_states_.empty() ? host_states_[s].data() + tiles[k].at
+                                              : states_[s].data() + tiles[k].at);
+    float* const values = values_ != nullptr ? buffer(on_disk, k) + skip : nullptr;
     if (staged_) {
       const Kokkos::DefaultHostExecutionSpace host;
-      const VectorU<float, PinnedSpace> p = stage(stage_p_, k), g = stage(stage_g_, k);
+      const VectorU<float, PinnedSpace> p = values != nullptr ? VectorU<float, PinnedSpace>(values, count) : stage(stage_p_, k);
+      const VectorU<float, PinnedSpace> g = stage(stage_g_, k);
       step(host, p, g, copies ? stage_bf16_[k % depth_].data() : nullptr, count, state);
       host.fence();
-      Kokkos::deep_copy(exec, piece(params.data(), k), p);
+      if (values == nullptr) Kokkos::deep_copy(exec, piece(params.data(), k), p);
       if (copies) Kokkos::deep_copy(exec, piece(extras.bf16.data(), k), stage(stage_bf16_, k));
     } else {
-      step(exec, piece(params.data(), k), piece(grads.data(), k), copies ? piece(extras.bf16.data(), k).data() : nullptr, count, state);
+      step(exec, values != nullptr ? VectorU<float>(values, count) : piece(params.data(), k), piece(grads.data(), k),
+           copies ? piece(extras.bf16.data(), k).data() : nullptr, count, state);
       exec.fence();
     }
+    const std::size_t blocks = tiles[k].last - tiles[k].first;
     if (file_)
       for (std::size_t s = 0; s < names_.size(); ++s) {
-        written = io_->write(s, tiles[k].first, tiles[k].last - tiles[k].first, buffer(s, k));
-        traffic_.written += static_cast<double>(tiles[k].last - tiles[k].first) * sizeof(float);
+        written = io_->write(s, tiles[k].first, blocks, buffer(s, k));
+        traffic_.written += static_cast<double>(blocks) * sizeof(float);
       }
+    if (values_ != nullptr) {
+      written_values = values_io_->write(0, tiles[k].first, blocks, buffer(on_disk, k));
+      traffic_.written += static_cast<double>(blocks) * sizeof(float);
+    }
   }
   if (staged_) exec.fence();               // the parameters are up
   if (written > 0) io_->wait(written);     // the next update may read these blocks
+  if (written_values > 0) values_io_->wait(written_values);  // and the next gather these values
   traffic_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

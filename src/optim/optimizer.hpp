@@ -4,8 +4,9 @@
 // "disk" in a scratch file per rank (optim/state_file.hpp) that each update streams through a
 // bounded host buffer in tiles; with "host" on a GPU build in host memory, the update run on the
 // host with the gradients copied down and the parameters copied up tile by tile (the same staging
-// carries a GPU build's disk offload). The same per-element kernel on the same values, so the same
-// bits.
+// carries a GPU build's disk offload). Where the parameter values themselves live in a file
+// (optimizer.offload_values: the Sharding's value file), the update streams them beside the state.
+// The same per-element kernel on the same values, so the same bits.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,12 +29,16 @@ struct OffloadPlan {
   std::size_t depth = 1;    ///< tiles of each stream held: 3 with offload_overlap (updated, read, written)
   std::size_t tile = 0;     ///< elements per tile: whole 4 KiB blocks, at least one, at most `padded`
   std::size_t padded = 0;   ///< elements of each buffer on disk: n rounded up to whole blocks
-  std::size_t streams = 0;  ///< float streams through the buffer: the states on disk, + 2 staged
+  /// float streams through the buffer: the states on disk, the values where they are on disk too,
+  /// and where staged the gradients and (unless on disk) the values
+  std::size_t streams = 0;
   bool staged = false;      ///< the parameters and gradients (and their bf16 copies) staged
   /// Bytes of host buffer the plan holds: every stream's tiles, the bf16 copies' included.
   double buffer_bytes() const;
 };
-OffloadPlan offload_plan(const OptimizerConfig& cfg, std::size_t states, std::size_t n, bool staged = false);
+/// `values`: the parameter values stream from a file too (optimizer.offload_values, at zero 3).
+OffloadPlan offload_plan(const OptimizerConfig& cfg, std::size_t states, std::size_t n, bool staged = false,
+                         bool values = false);
 /// \brief Whether optimizer.offload streams the parameters and gradients through host tiles: on a
 /// build whose parameters are not in host memory (a GPU), or where TESSERA_TEST_STAGE_OFFLOAD
 /// asks it of a CPU build.
@@ -43,8 +48,10 @@ class Optimizer {
  public:
   /// \param n elements of state per buffer: the flat parameter buffer, or a ZeRO shard of it.
   /// \param rank this process's world rank (the offload file's name).
+  /// \param values where the parameter values live in a file (of one array of n floats): every
+  /// update() then streams them from it (its `params` have no data).
   /// InputError (this rank only) where optimizer.offload = "disk" and its file cannot be made.
-  Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank = 0);
+  Optimizer(const OptimizerConfig& cfg, std::size_t n, int rank = 0, StateFile* values = nullptr);
   ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -90,6 +97,8 @@ class Optimizer {
 
   /// The offload file, or nullptr where the state lives in memory.
   StateFile* offload_file() const { return file_.get(); }
+  /// Whether an update reads and writes files (the state's, the values'), and so may fail on I/O.
+  bool streams_files() const { return file_ != nullptr || values_ != nullptr; }
   /// Where the state lives and how it streams, for the run log ("memory", "host, ...", "disk, ...").
   std::string describe_offload() const;
   /// What this process's updates read from and wrote to the offload file, their seconds (the tile
@@ -112,9 +121,13 @@ class Optimizer {
   std::vector<Kokkos::View<float*, PinnedSpace>> host_states_;  // optimizer.offload = "host", staged
   std::unique_ptr<StateFile> file_;    // optimizer.offload = "disk"
   std::unique_ptr<StateIo> io_;        // its reads and writes, beside the updates
+  StateFile* values_ = nullptr;        // the parameter values' file (optimizer.offload_values)
+  std::unique_ptr<StateIo> values_io_;  // its reads and writes in the updates
+  std::size_t padded_ = 0;             // elements of each array in the files
   std::size_t tile_ = 0;               // elements per state per tile
   std::size_t depth_ = 1;              // tiles per state in the buffer: 3 with offload_overlap
-  std::vector<std::unique_ptr<float, AlignedFree>> tiles_;  // tile b of state s at s * depth_ + b
+  // Tile b of state s at s * depth_ + b; the values' (values_) after the states'.
+  std::vector<std::unique_ptr<float, AlignedFree>> tiles_;
   bool staged_ = false;  // parameters and gradients copied through host tiles
   // Staging, tile b at b: the parameters', the gradients' and the bf16 copies'.
   std::vector<Kokkos::View<float*, PinnedSpace>> stage_p_, stage_g_;

@@ -26,9 +26,9 @@ std::string offload_dir(const std::string& offload_path) {
   return tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp");
 }
 
-StateFile::StateFile(const std::string& dir, int rank, std::size_t states, std::size_t n)
+StateFile::StateFile(const std::string& dir, int rank, std::size_t states, std::size_t n, const std::string& what)
     : rank_(rank), padded_((n + kBlock - 1) / kBlock * kBlock) {
-  path_ = fmt::format("{}/tessera-optimizer-state.{}.rank{}", dir, ::getpid(), rank);
+  path_ = fmt::format("{}/tessera-optimizer-{}.{}.rank{}", dir, what, ::getpid(), rank);
   const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
   fd_ = ::open(path_.c_str(), flags | O_DIRECT, 0600);
   if (fd_ >= 0) {

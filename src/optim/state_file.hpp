@@ -27,9 +27,10 @@ class StateFile {
   static constexpr std::size_t kBlock = 1024;
 
   /// \brief A file under `dir` holding `states` arrays of `n` floats (each padded to whole
-  /// blocks), for world rank `rank`. InputError naming the path where the directory is missing or
-  /// refuses a file, or the space cannot be reserved.
-  StateFile(const std::string& dir, int rank, std::size_t states, std::size_t n);
+  /// blocks), for world rank `rank`, named tessera-optimizer-<what>.<pid>.rank<rank>. InputError
+  /// naming the path where the directory is missing or refuses a file, or the space cannot be
+  /// reserved.
+  StateFile(const std::string& dir, int rank, std::size_t states, std::size_t n, const std::string& what = "state");
   ~StateFile();
   StateFile(const StateFile&) = delete;
   StateFile& operator=(const StateFile&) = delete;

@@ -311,7 +311,8 @@ std::string Checkpointer::save(const Model& model, const Sharding& sharding, con
                                const TrainState& state) {
   // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
   // optimizer state (full, or this rank's shard: the sharding says).
-  auto h_values = Kokkos::create_mirror_view_and_copy(HostSpace(), sharding.values());
+  std::vector<float> h_values(sharding.values_size());
+  sharding.copy_values(h_values.data());
   std::vector<Optimizer::HostState> h_states;
   h_states.reserve(opt.state_names().size());
   std::vector<const float*> states;
@@ -344,11 +345,8 @@ void Checkpointer::begin_save(const Model& model, const Sharding& sharding, cons
   auto p = std::make_unique<PendingSave>();
   // Stage: this rank's values and optimizer state copied out of the live buffers (the only
   // pause; training changes them from the next step on).
-  const auto stage = [](const auto& view, std::vector<float>& into) {
-    into.resize(view.size());
-    Kokkos::deep_copy(Kokkos::View<float*, HostSpace, Kokkos::MemoryUnmanaged>(into.data(), into.size()), view);
-  };
-  stage(sharding.values(), p->values);
+  p->values.resize(sharding.values_size());
+  sharding.copy_values(p->values.data());
   std::vector<const float*> states;
   p->states.resize(opt.state_names().size());
   for (std::size_t i = 0; i < p->states.size(); ++i) {
@@ -492,7 +490,7 @@ TrainState read_train_state(const io::CheckpointFile& file) {
 
 }  // namespace
 
-void Checkpointer::load_model(const std::string& path, Model& model, const Sharding* sharding) const {
+void Checkpointer::load_model(const std::string& path, Model& model, Sharding* sharding) const {
   io::CheckpointFile file(comm_.handle(), path);
   auto& store = model.params();
   const auto all = logical_params(cfg_, model.shape());
@@ -503,17 +501,19 @@ void Checkpointer::load_model(const std::string& path, Model& model, const Shard
   // Every rank goes through every tensor of the model, reading nothing of those another pipeline
   // stage holds; then the parts of each tensor add up to its checksum.
   const bool sharded = sharding != nullptr && sharding->values_sharded();
-  const Vector<float> values = sharding != nullptr ? sharding->values() : store.values();
-  auto h_values = Kokkos::create_mirror_view(values);
+  std::vector<float> h_values(sharding != nullptr ? sharding->values_size() : store.size());
   const auto pieces = sharded ? sharding->pieces() : std::vector<Sharding::Piece>{};
   for (const auto& logical : all)
     read_tensor(file, "model/" + logical.name, store, logical, sharded ? &pieces : nullptr, h_values.data());
   verify(file, slabs(model, sharded ? sharding : nullptr, h_values.data(), {}, {}));
-  Kokkos::deep_copy(values, h_values);
+  if (sharding != nullptr)
+    sharding->set_values(h_values.data());
+  else
+    Kokkos::deep_copy(store.values(), Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(h_values.data(), h_values.size()));
   store.values_changed();
 }
 
-TrainState Checkpointer::load(const std::string& path, Model& model, const Sharding& sharding, Optimizer& opt) {
+TrainState Checkpointer::load(const std::string& path, Model& model, Sharding& sharding, Optimizer& opt) {
   load_model(path, model, &sharding);
   io::CheckpointFile file(comm_.handle(), path);
   TrainState s;

@@ -89,11 +89,11 @@ class Checkpointer {
   /// every tensor's values against its checksum and for NaN or infinities. InputError on every
   /// rank naming the file and the first problem. Any ZeRO stage reads any checkpoint: a shard
   /// reads only its pieces.
-  TrainState load(const std::string& path, Model& model, const Sharding& sharding, Optimizer& opt);
+  TrainState load(const std::string& path, Model& model, Sharding& sharding, Optimizer& opt);
 
   /// \brief Loads only the parameters (evaluation; sharding where they are sharded), validated as load()
   /// does. Collective.
-  void load_model(const std::string& path, Model& model, const Sharding* sharding = nullptr) const;
+  void load_model(const std::string& path, Model& model, Sharding* sharding = nullptr) const;
 
  private:
   /// This rank's slab of every checkpoint tensor, in the file's order: the model's (if values is

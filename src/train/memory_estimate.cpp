@@ -94,19 +94,31 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     const auto full = static_cast<double>(store.size()), shard = static_cast<double>(store.shard_size()),
                bucket = static_cast<double>(largest);
     MemoryEstimate s;
-    // zero 3 holds its shard and one gathered bucket; zero 2 its gradient shard and the buckets
-    // between backward and the end of their exchange (about two); zero 1 both gradient buffers.
-    s.parameters = 4.0 * (zero >= 3 ? std::min(full, shard + bucket) : full);
-    s.gradients = 4.0 * (zero >= 2 ? std::min(full + shard, shard + 2 * bucket) : zero == 1 ? full + shard : full);
+    // zero 3 holds its shard and one gathered bucket (optimizer.offload_values: the shard on disk,
+    // and in memory a bucket's chunk read from it and the file's buffer); zero 2 its gradient shard
+    // and the buckets between backward and the end of their exchange (about two); zero 1 both
+    // gradient buffers.
+    const bool values_on_disk = zero >= 3 && cfg.optimizer.offload_values;
+    // (alone in its group a rank reads the bucket straight into its gathered buffer)
+    const double chunk = layout.shards > 1 ? std::ceil(bucket / static_cast<double>(layout.shards)) : 0.0;
+    s.parameters = 4.0 * (values_on_disk ? bucket + chunk + static_cast<double>(Sharding::kValueBuffer)
+                          : zero >= 3    ? std::min(full, shard + bucket)
+                                         : full);
+    // (alone in its group with one exchange per step, zero >= 2 accumulates in the shard itself)
+    const bool in_shard = layout.shards == 1 && cfg.parallel.micro_batches == 1;
+    s.gradients = 4.0 * (zero >= 2 ? (in_shard ? shard : std::min(full + shard, shard + 2 * bucket))
+                         : zero == 1 ? full + shard
+                                     : full);
     s.optimizer = 4.0 * states * (zero >= 1 ? shard : full);
     const bool disk = cfg.optimizer.offload == OptimizerOffload::disk && states > 0;
     const bool staged = offload_staged(cfg.optimizer);
-    if (disk || staged) {
-      // The optimizer's own rule: the state on disk (memory holds its tiles) or in host memory, and
-      // where the parameters are not in host memory, their staged tiles.
+    if (disk || staged || values_on_disk) {
+      // The optimizer's own rule: the state on disk (memory holds its tiles) or in host memory, the
+      // values on disk streamed beside it, and where the parameters are not in host memory, their
+      // staged tiles.
       const std::size_t n = zero >= 1 ? store.shard_size() : store.size();
-      const OffloadPlan plan = offload_plan(cfg.optimizer, static_cast<std::size_t>(states), n, staged);
-      if (disk) s.offload_disk = 4.0 * states * static_cast<double>(plan.padded);
+      const OffloadPlan plan = offload_plan(cfg.optimizer, static_cast<std::size_t>(states), n, staged, values_on_disk);
+      s.offload_disk = 4.0 * ((disk ? states : 0) + (values_on_disk ? 1 : 0)) * static_cast<double>(plan.padded);
       s.optimizer = plan.buffer_bytes() + (disk ? 0.0 : 4.0 * states * static_cast<double>(n));
       if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
         s.offload_host = s.optimizer;  // beside the device's memory
@@ -144,7 +156,8 @@ namespace {
 
 // What to change where a run needs more memory than it may have (`room`: the bytes per rank it
 // may have). Where moving the optimizer state to disk alone would fit, that first.
-std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room) {
+std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room,
+                        const std::function<MemoryEstimate(const Config&)>& estimate_for) {
   const double buffer = cfg.optimizer.offload_buffer_mb * 1e6;
   // A GPU build: the state in host memory takes it off the device (the staging stays in host memory too).
   if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible && cfg.optimizer.offload == OptimizerOffload::none &&
@@ -157,6 +170,20 @@ std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room)
     return fmt::format("set optimizer.offload = \"disk\" (about {:.1f} MB per rank then; the {:.1f} MB of optimizer "
                        "state per rank go to node-local disk under optimizer.offload_path)",
                        (e.total() - e.optimizer + buffer) / 1e6, e.optimizer / 1e6);
+  // The values on disk too: only the gradients, the activations and a few buckets stay.
+  if (estimate_for && !cfg.optimizer.offload_values && !cfg.comm.priority &&
+      Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+    Config c = cfg;
+    c.optimizer.offload = OptimizerOffload::disk;
+    c.optimizer.offload_values = true;
+    c.parallel.zero = 3;
+    const MemoryEstimate d = estimate_for(c);
+    if (d.total() <= room)
+      return fmt::format("set optimizer.offload = \"disk\", optimizer.offload_values = true{} (about {:.1f} MB per "
+                         "rank then; the optimizer state and the parameter values, {:.1f} MB per rank, go to "
+                         "node-local disk under optimizer.offload_path)",
+                         cfg.parallel.zero == 3 ? "" : " and parallel.zero = 3", d.total() / 1e6, d.offload_disk / 1e6);
+  }
   const bool acts = e.activations >= e.parameters + e.gradients + e.optimizer;
   if (acts && cfg.model.kind == ModelKind::unet)
     return "split each sample's fields over more ranks (parallel.spatial), or lower train.global_batch, eval.batch "
@@ -188,13 +215,14 @@ void check_memory_limit(const Config& cfg, const Communicator& comm) {
                                         : "Lower train.global_batch or the model's widths, or add ranks"));
 }
 
-void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node) {
+void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node,
+                  const std::function<MemoryEstimate(const Config&)>& estimate_for) {
   if (cfg.run.memory_limit_mb > 0 && e.total() > cfg.run.memory_limit_mb * 1e6)
     throw InputError(fmt::format(
         "run.memory_limit_mb = {}: the run needs about {:.1f} MB per rank (estimate: parameters {:.1f}, gradients "
         "{:.1f}, optimizer state {:.1f}, activations {:.1f}, input batch {:.1f} MB), more than the limit; {}",
         cfg.run.memory_limit_mb, e.total() / 1e6, e.parameters / 1e6, e.gradients / 1e6, e.optimizer / 1e6,
-        e.activations / 1e6, e.data / 1e6, memory_hint(cfg, e, cfg.run.memory_limit_mb * 1e6)));
+        e.activations / 1e6, e.data / 1e6, memory_hint(cfg, e, cfg.run.memory_limit_mb * 1e6, estimate_for)));
   const mem::NodeMemory node = mem::node_memory();
   const double need = e.total() * ranks_on_node;
   if (node.bytes <= 0 || need <= node.bytes) return;
@@ -203,7 +231,7 @@ void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node)
       "state {:.3g}, activations {:.3g} GB), {:.3g} GB for the {} rank(s) on this node, more than its "
       "{:.3g} GB ({}); {}", e.total() / 1e9, e.parameters / 1e9, e.gradients / 1e9, e.optimizer / 1e9,
       e.activations / 1e9, need / 1e9, ranks_on_node, node.bytes / 1e9, node.source,
-      memory_hint(cfg, e, node.bytes / ranks_on_node)));
+      memory_hint(cfg, e, node.bytes / ranks_on_node, estimate_for)));
 }
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 // the model's real parameter layout (registered, not allocated): what `tessera check` prints.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
@@ -48,7 +49,10 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
 /// \brief InputError where `ranks_on_node` ranks of this estimate need more than the node's
 /// memory (naming both, and the keys that drive the largest part), so that a run that cannot be
 /// allocated is refused before it starts rather than failing or swapping in its first step.
-void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node);
+/// `estimate_for` (a training run's): the estimate of another deck on the same data, so that the
+/// refusal can name the offload settings that would fit.
+void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node,
+                  const std::function<MemoryEstimate(const Config&)>& estimate_for = {});
 
 /// \brief With run.memory_limit_mb: InputError on every rank where any rank's measured peak
 /// (core/memory.hpp's counters, every category together) exceeds the limit. Collective over world;

@@ -21,7 +21,11 @@ void accumulate(const ExecSpace& exec, VectorU<float> y, VectorU<float> x) {
 
 OptimizerStep::OptimizerStep(const Config& cfg, const Communicator& comm, nn::ParamStore<float>& store,
                              Sharding& sharding)
-    : cfg_(cfg), comm_(comm), store_(store), sharding_(sharding), opt_(cfg.optimizer, sharding.state_size(), comm.rank()) {
+    : cfg_(cfg),
+      comm_(comm),
+      store_(store),
+      sharding_(sharding),
+      opt_(cfg.optimizer, sharding.state_size(), comm.rank(), sharding.value_file()) {
   const bool tensor_root = comm.rank(Group::tensor) == 0;
   const auto& infos = store.infos();
   counted_.resize(infos.size());
@@ -82,7 +86,8 @@ StepReport OptimizerStep::run(const ExecSpace& exec, double lr, double grad_scal
   kernels::UpdateExtras extras{1.0 / grad_scale, {}};
   if (clip > 0.0 && std::isfinite(norm) && norm > clip) extras.grad_factor *= clip / (norm + 1e-6);
   const std::vector<Sharding::UpdateSpan> spans = sharding_.update_spans();
-  const bool whole = spans.size() == 1 && spans[0].values == store_.values().data() && spans[0].n == store_.size();
+  const bool whole = spans.size() == 1 && spans[0].values != nullptr && spans[0].values == store_.values().data() &&
+                     spans[0].n == store_.size();
   if (whole) extras.bf16 = store_.bf16_copies();
 
   opt_.begin_step();
@@ -94,11 +99,11 @@ StepReport OptimizerStep::run(const ExecSpace& exec, double lr, double grad_scal
       opt_.update(exec, VectorU<float>(span.values, span.n), VectorU<float>(span.grads, span.n), lr,
                   span.state_offset, extras);
   } catch (const InputError& e) {
-    if (opt_.offload_file() == nullptr) throw;
+    if (!opt_.streams_files()) throw;
     io_error = e.what();
   }
   exec.fence();
-  if (opt_.offload_file() != nullptr)
+  if (opt_.streams_files())
     agree(comm_.handle(), [&] {
       if (!io_error.empty()) throw InputError(io_error);
     });

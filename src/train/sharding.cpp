@@ -3,15 +3,21 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 #include <stdexcept>
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "kernels/reduce.hpp"
+#include "optim/state_file.hpp"
 
 namespace tessera {
 
 namespace {
+constexpr std::size_t kBounce = Sharding::kValueBuffer;
+static_assert(kBounce % StateFile::kBlock == 0, "whole blocks of the value file");
+
 // y += x, element-wise.
 void accumulate(const ExecSpace& exec, VectorU<float> y, VectorU<float> x) {
   Kokkos::parallel_for("tessera::Sharding::accumulate", range(exec, Index(y.size())),
@@ -57,9 +63,16 @@ Sharding::Sharding(const Config& cfg, const Communicator& comm)
       // With several micro-batches a shard receives a sum per micro-batch (every one at zero >= 2,
       // where there is no full buffer to accumulate in; every one without no_sync) and adds it up.
       accumulate_into_shard_(state_sharded_ && cfg.parallel.micro_batches > 1 &&
-                             (grads_sharded_ || !cfg.comm.no_sync)) {}
+                             (grads_sharded_ || !cfg.comm.no_sync)),
+      grads_in_shard_(grads_sharded_ && shards_ == 1 && !accumulate_into_shard_),
+      value_dir_(cfg.optimizer.offload_values && values_sharded_ ? offload_dir(cfg.optimizer.offload_path) : ""),
+      world_rank_(comm.rank()) {}
 
-Sharding::~Sharding() = default;
+Sharding::~Sharding() {
+  if (bounce_) mem::count_external(mem::Category::param, -static_cast<std::int64_t>(kBounce * sizeof(float)));
+}
+
+void Sharding::FreeFloats::operator()(float* p) const { std::free(p); }
 
 void Sharding::bind(nn::ParamStore<float>& store) {
   if (store.shards() != layout_.shards || store.storage().full_values != layout_.storage.full_values ||
@@ -68,8 +81,15 @@ void Sharding::bind(nn::ParamStore<float>& store) {
   store_ = &store;
   buckets_.assign(store.buckets().size(), {});
   const std::size_t shard = store.shard_size();
-  if (values_sharded_)
+  if (!value_dir_.empty()) {
+    value_file_ = std::make_unique<StateFile>(value_dir_, world_rank_, 1, shard, "values");
+    void* p = std::aligned_alloc(StateFile::kBlock * sizeof(float), kBounce * sizeof(float));
+    if (p == nullptr) throw std::bad_alloc();
+    bounce_.reset(static_cast<float*>(p));
+    mem::count_external(mem::Category::param, static_cast<std::int64_t>(kBounce * sizeof(float)));
+  } else if (values_sharded_) {
     value_shard_ = Vector<float>(mem::label(mem::Category::param, "tessera::Sharding::value_shard"), shard);
+  }
   if (state_sharded_)
     grad_shard_ = Vector<float>(mem::label(mem::Category::grad, "tessera::Sharding::grad_shard"), shard);
   if (accumulate_into_shard_)
@@ -95,12 +115,73 @@ void Sharding::initialize(const ExecSpace& exec, std::uint64_t seed) {
     return;
   }
   const auto r = static_cast<std::size_t>(rank_);
-  for (const auto& b : store_->buckets())
-    store_->initialize_range(exec, seed, b.offset + r * b.chunk, b.offset + (r + 1) * b.chunk,
-                             value_shard_.data() + b.shard_offset);
+  for (const auto& b : store_->buckets()) {
+    if (!value_file_) {
+      store_->initialize_range(exec, seed, b.offset + r * b.chunk, b.offset + (r + 1) * b.chunk,
+                               value_shard_.data() + b.shard_offset);
+      continue;
+    }
+    // On disk: the bucket's chunk made in memory, then written to its place in the file.
+    const Vector<float> chunk(mem::label(mem::Category::param, "tessera::Sharding::value_chunk"), b.chunk);
+    store_->initialize_range(exec, seed, b.offset + r * b.chunk, b.offset + (r + 1) * b.chunk, chunk.data());
+    exec.fence();
+    const auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), chunk);
+    write_values(b.shard_offset, b.chunk, h.data());
+  }
 }
 
-Vector<float> Sharding::values() const { return values_sharded_ ? value_shard_ : store_->values(); }
+std::size_t Sharding::values_size() const { return values_sharded_ ? store_->shard_size() : store_->size(); }
+
+void Sharding::copy_values(float* out) const {
+  if (value_file_) {
+    read_values(0, values_size(), out);
+    return;
+  }
+  Kokkos::deep_copy(Kokkos::View<float*, HostSpace, Kokkos::MemoryUnmanaged>(out, values_size()),
+                    values_sharded_ ? value_shard_ : store_->values());
+}
+
+void Sharding::set_values(const float* in) {
+  if (value_file_) {
+    write_values(0, values_size(), in);
+    return;
+  }
+  Kokkos::deep_copy(values_sharded_ ? value_shard_ : store_->values(),
+                    Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(in, values_size()));
+}
+
+std::string Sharding::describe_values() const {
+  if (!value_file_) return "memory";
+  return fmt::format("disk, {:.1f} MB in {}; each bucket's chunk read before its gather through a {:.1f} MB buffer, "
+                     "and streamed with the optimizer state by the update",
+                     static_cast<double>(values_size()) * sizeof(float) / 1e6, value_file_->describe(),
+                     static_cast<double>(kBounce) * sizeof(float) / 1e6);
+}
+
+void Sharding::read_values(std::size_t begin, std::size_t count, float* out) const {
+  // Whole blocks of the file into the buffer, a window of at most kBounce floats at a time.
+  const std::size_t block = StateFile::kBlock;
+  for (std::size_t at = begin; at < begin + count;) {
+    const std::size_t first = at / block * block, stop = std::min(begin + count, first + kBounce);
+    const std::size_t last = std::min((stop + block - 1) / block * block, value_file_->padded());
+    value_file_->read(0, first, last - first, bounce_.get());
+    std::copy_n(bounce_.get() + (at - first), stop - at, out + (at - begin));
+    at = stop;
+  }
+}
+
+void Sharding::write_values(std::size_t begin, std::size_t count, const float* in) {
+  // As read_values; a window that starts or ends inside a block keeps the block's other elements.
+  const std::size_t block = StateFile::kBlock;
+  for (std::size_t at = begin; at < begin + count;) {
+    const std::size_t first = at / block * block, stop = std::min(begin + count, first + kBounce);
+    const std::size_t last = std::min((stop + block - 1) / block * block, value_file_->padded());
+    if (at != first || stop != last) value_file_->read(0, first, last - first, bounce_.get());
+    std::copy_n(in + (at - begin), stop - at, bounce_.get() + (at - first));
+    value_file_->write(0, first, last - first, bounce_.get());
+    at = stop;
+  }
+}
 
 void Sharding::begin_step(const ExecSpace& exec) {
   if (!grads_sharded_) store_->zero_grads(exec);
@@ -122,6 +203,10 @@ void Sharding::prepare_resync(const ExecSpace& exec, bool first_micro_batch) {
 bool Sharding::needs_grad_buffer(std::size_t b) const { return grads_sharded_ && !store_->grads_attached(b); }
 
 void Sharding::attach_grad_buffer(std::size_t b) {
+  if (grads_in_shard_) {  // zeroed by begin_step(), as a fresh buffer would be
+    store_->attach_grads(b, grad_shard_.data() + store_->buckets()[b].shard_offset);
+    return;
+  }
   auto& s = buckets_[b];
   s.grads = Vector<float>(mem::label(mem::Category::grad, "tessera::Sharding::bucket_grads"),
                           store_->buckets()[b].length);
@@ -131,7 +216,9 @@ void Sharding::attach_grad_buffer(std::size_t b) {
 Sharding::Exchange Sharding::exchange(std::size_t b) {
   const nn::Bucket& bucket = store_->buckets()[b];
   Exchange e;
-  e.send = grads_sharded_ ? buckets_[b].grads.data() : store_->grads().data() + bucket.offset;
+  e.send = grads_in_shard_  ? grad_shard_.data() + bucket.shard_offset
+           : grads_sharded_ ? buckets_[b].grads.data()
+                            : store_->grads().data() + bucket.offset;
   e.length = bucket.length;
   e.chunk = bucket.chunk;
   e.scatter = state_sharded_;
@@ -175,8 +262,8 @@ double Sharding::grad_squares(const ExecSpace& exec, const std::vector<char>& co
 std::vector<Sharding::UpdateSpan> Sharding::update_spans() const {
   if (!state_sharded_)
     return {{store_->values().data(), store_->grads().data(), store_->size(), 0}};
-  if (values_sharded_)
-    return {{value_shard_.data(), grad_shard_.data(), value_shard_.size(), 0}};
+  if (values_sharded_)  // the values in memory, or (nullptr) in the value file
+    return {{value_file_ ? nullptr : value_shard_.data(), grad_shard_.data(), store_->shard_size(), 0}};
   // Full values, sharded update: this rank's chunk of every bucket.
   std::vector<UpdateSpan> spans;
   for (std::size_t b = 0; b < store_->buckets().size(); ++b) spans.push_back(bucket_span(b));
@@ -188,6 +275,7 @@ Sharding::UpdateSpan Sharding::bucket_span(std::size_t b) const {
   if (!state_sharded_)
     return {store_->values().data() + bucket.offset, store_->grads().data() + bucket.offset, bucket.length,
             bucket.offset};
+  if (value_file_) return {nullptr, grad_shard_.data() + bucket.shard_offset, bucket.chunk, bucket.shard_offset};
   float* values = values_sharded_ ? value_shard_.data() + bucket.shard_offset
                                   : store_->values().data() + bucket.offset + static_cast<std::size_t>(rank_) * bucket.chunk;
   return {values, grad_shard_.data() + bucket.shard_offset, bucket.chunk, bucket.shard_offset};
@@ -213,7 +301,25 @@ void Sharding::gather(const ExecSpace& exec, std::size_t b) {
                                                 Kokkos::WithoutInitializing),
                              bucket.length);
   exec.fence();
-  comm_.allgather(value_shard_.data() + bucket.shard_offset, s.gathered.data(), bucket.chunk, group());
+  if (value_file_ && shards_ == 1 && Kokkos::SpaceAccessibility<HostSpace, Vector<float>::memory_space>::accessible) {
+    // Alone in the group: the bucket straight from the file.
+    const double before = value_file_->bytes_read();
+    read_values(bucket.shard_offset, bucket.chunk, s.gathered.data());
+    gather_read_ += value_file_->bytes_read() - before;
+  } else if (value_file_) {
+    // This rank's chunk from the file, then gathered as from memory.
+    const Vector<float> chunk(Kokkos::view_alloc(mem::label(mem::Category::param, "tessera::Sharding::value_chunk"),
+                                                 Kokkos::WithoutInitializing),
+                              bucket.chunk);
+    const auto h = Kokkos::create_mirror_view(chunk);
+    const double before = value_file_->bytes_read();
+    read_values(bucket.shard_offset, bucket.chunk, h.data());
+    gather_read_ += value_file_->bytes_read() - before;
+    Kokkos::deep_copy(chunk, h);
+    comm_.allgather(chunk.data(), s.gathered.data(), bucket.chunk, group());
+  } else {
+    comm_.allgather(value_shard_.data() + bucket.shard_offset, s.gathered.data(), bucket.chunk, group());
+  }
   store_->attach_values(b, s.gathered.data());
 }
 

@@ -8,7 +8,8 @@
 //   zero 1  optimizer state only for this rank's shard: a bucket's gradients are reduce-scattered
 //           into a gradient shard, the shard is updated, and the updated chunks allgathered.
 //   zero 2  as 1, and no full gradient buffer: a bucket's gradients live in a working buffer
-//           from the start of its backward until its reduce-scatter is done.
+//           from the start of its backward until its reduce-scatter is done (a rank alone in
+//           its group with one exchange per step accumulates them in its shard itself).
 //   zero 3  as 2, and no full value buffer: a bucket's values are gathered just before its
 //           forward and its backward and released after.
 // A rank's shard is the rank's chunk of every bucket (nn::ParamStore::plan).
@@ -20,12 +21,19 @@
 //
 // Built first, from the deck and the communicator, it says how the model's store is planned and
 // allocated (layout()); bound to that store it allocates the shard buffers and answers the
+// optimizer.offload_values (at zero 3, with optimizer.offload = "disk"): the value shard lives in a
+// scratch file per rank (optim/state_file.hpp) instead of memory; a bucket's chunk is read from it
+// just before the bucket's gather, and the optimizer streams it beside its state (update_spans()
+// then name no values in memory). Memory holds only the gathered buckets and a small buffer.
+//
 // questions of the exchange (gradient_exchange.hpp), the optimizer step (optimizer_step.hpp) and the checkpointer: where a
 // bucket's gradient accumulates and where its exchange delivers it, which spans the optimizer
 // updates and what is gathered after, and which element pieces this rank reads and writes. None
 // of them looks at the stage.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -35,6 +43,8 @@
 #include "train/model.hpp"
 
 namespace tessera {
+
+class StateFile;
 
 class Sharding {
  public:
@@ -59,13 +69,18 @@ class Sharding {
   };
 
   /// One contiguous span the optimizer updates: values and their reduced gradients, at
-  /// `state_offset` in the optimizer's state.
+  /// `state_offset` in the optimizer's state. values is nullptr where they live in value_file(),
+  /// at the same offsets as the state.
   struct UpdateSpan {
     float* values = nullptr;
     float* grads = nullptr;
     std::size_t n = 0;
     std::size_t state_offset = 0;
   };
+
+  /// optimizer.offload_values: the value file's reads and writes go through a buffer of this many
+  /// floats (1 MiB).
+  static constexpr std::size_t kValueBuffer = 256 * 1024;
 
   /// \brief The plan of this deck on this communicator; allocates nothing. InputError (on every
   /// rank) where parallel.zero_group = "node" and the nodes hold different numbers of replicas.
@@ -79,7 +94,8 @@ class Sharding {
   /// The same from the deck alone, for `shards` ranks sharing the state (memory estimates).
   static ParamLayout layout(const Config& cfg, int shards);
 
-  /// \brief Takes the store planned and allocated from layout() and allocates the shard buffers.
+  /// \brief Takes the store planned and allocated from layout() and allocates the shard buffers
+  /// (optimizer.offload_values: makes the value file; InputError on this rank where it cannot).
   /// Throws std::logic_error where the store was planned otherwise.
   void bind(nn::ParamStore<float>& store);
 
@@ -101,8 +117,18 @@ class Sharding {
 
   /// \brief Initial values from (seed, name, index): the full buffer, or this rank's shard.
   void initialize(const ExecSpace& exec, std::uint64_t seed);
-  /// The buffer this rank's values live in between steps: the full values or its shard.
-  Vector<float> values() const;
+  /// Elements of the values this rank holds between steps: the full buffer or its shard.
+  std::size_t values_size() const;
+  /// \brief Copies them into `out` (values_size() floats on the host), from memory or the file.
+  void copy_values(float* out) const;
+  /// \brief Sets them from `in` (values_size() floats on the host).
+  void set_values(const float* in);
+  /// optimizer.offload_values: the file the value shard lives in (nullptr: in memory).
+  StateFile* value_file() const { return value_file_.get(); }
+  /// Where the values live, for the run log ("memory", "disk, ...").
+  std::string describe_values() const;
+  /// Bytes the gathers read from the value file so far.
+  double value_bytes_read() const { return gather_read_; }
 
   // The gradients of one step.
   /// \brief Clears every gradient accumulator.
@@ -148,6 +174,10 @@ class Sharding {
   bool writes_pieces() const { return writes_pieces_; }
 
  private:
+  // Elements [begin, begin + count) of the value file, through the block-aligned buffer.
+  void read_values(std::size_t begin, std::size_t count, float* out) const;
+  void write_values(std::size_t begin, std::size_t count, const float* in);
+
   struct BucketBuffers {
     Vector<float> grads;     // grads_sharded(): this bucket's gradients while needed
     Vector<float> gathered;  // values_sharded(): this bucket's values while gathered
@@ -162,10 +192,22 @@ class Sharding {
   bool writes_pieces_ = true;
   bool values_sharded_ = false, grads_sharded_ = false, state_sharded_ = false;
   bool accumulate_into_shard_ = false;  // an exchange per micro-batch adds into the shard
+  // Alone in the group with one exchange per step (grads_sharded()): a bucket's gradients
+  // accumulate straight into the gradient shard, and the exchange has nothing to sum.
+  bool grads_in_shard_ = false;
   std::vector<BucketBuffers> buckets_;
   Vector<float> value_shard_;  // values_sharded()
   Vector<float> grad_shard_;   // state_sharded()
   Vector<float> recv_;         // accumulating: each bucket's chunk of this micro-batch
+  // optimizer.offload_values.
+  std::string value_dir_;      // the file's directory ("": the values live in memory)
+  int world_rank_ = 0;
+  std::unique_ptr<StateFile> value_file_;
+  struct FreeFloats {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float, FreeFloats> bounce_;  // kBounce floats, aligned to the file's blocks
+  mutable double gather_read_ = 0.0;
 };
 
 }  // namespace tessera

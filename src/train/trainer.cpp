@@ -267,13 +267,14 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
 
   // Buffers as large as the data need, and no run the node cannot hold.
   const BatchRows rows = batch_rows(cfg_, train_->info().samples, test_ ? test_->info().samples : 0);
-  check_memory(cfg_, estimate_memory(cfg_, shape, rows), comm_.ranks_on_node());
+  check_memory(cfg_, estimate_memory(cfg_, shape, rows), comm_.ranks_on_node(),
+               [&](const Config& c) { return estimate_memory(c, shape, rows); });
   const auto micro = static_cast<int>(rows.micro);
   // The sharding first: it says how the model's parameter store is planned and allocated.
   sharding_ = std::make_unique<Sharding>(cfg_, comm_);
   model_ = std::make_unique<Model>(cfg_, shape, static_cast<int>(std::max(rows.micro, rows.eval)),
                                    sharding_->layout(), model_part(cfg_, comm_, shape, report_.tensor_seconds()));
-  sharding_->bind(model_->params());
+  agree(comm_.handle(), [&] { sharding_->bind(model_->params()); });  // optimizer.offload_values: its file
   if (sharding_->values_sharded()) sharding_->initialize(exec_, cfg_.run.seed);
   // The optimizer's state (optimizer.offload = "disk": its scratch file, made here) on every rank or none.
   agree(comm_.handle(), [&] { step_ = std::make_unique<OptimizerStep>(cfg_, comm_, model_->params(), *sharding_); });
@@ -339,6 +340,7 @@ Trainer::Trainer(const Config& cfg, const Communicator& comm, const ResumeReques
                         cfg_.comm.no_sync, sharding_->describe()));
   if (cfg_.optimizer.offload != OptimizerOffload::none)
     out_->log("optimizer state (rank 0): " + step_->optimizer().describe_offload());
+  if (sharding_->value_file() != nullptr) out_->log("parameter values (rank 0): " + sharding_->describe_values());
   out_->log(comm_.describe_backend());
   out_->log(describe(threads));
   for (const auto& line : describe_placement(places_, comm_.dp(), comm_.tp(), comm_.pp(), comm_.sp())) out_->log(line);
@@ -661,22 +663,28 @@ nlohmann::json Trainer::summary(const std::string& status) const {
                          tokens_per_sample());  // collective
   j["layout"] = comm_.layout(cfg_.parallel.zero);
   if (cfg_.optimizer.offload != OptimizerOffload::none) {
-    // Bytes this rank moved to and from its offload file (updates, checkpoints, resume), the
-    // updates' share per step and their rate; all ranks summed (collective).
+    // Bytes this rank moved to and from its offload files (updates, gathers, checkpoints, resume),
+    // the updates' and the gathers' shares per step and the updates' rate; all ranks summed
+    // (collective).
     const Optimizer& opt = step_->optimizer();
     const StateFile* file = opt.offload_file();
+    const StateFile* values = sharding_->value_file();
     const Optimizer::Traffic& t = opt.traffic();
-    double sums[6] = {file ? file->bytes_read() : 0.0, file ? file->bytes_written() : 0.0, t.read, t.written, t.seconds,
-                      static_cast<double>(t.steps)};
-    comm_.allreduce_sum(sums, 6, Group::world);
+    double sums[7] = {(file ? file->bytes_read() : 0.0) + (values ? values->bytes_read() : 0.0),
+                      (file ? file->bytes_written() : 0.0) + (values ? values->bytes_written() : 0.0),
+                      t.read, t.written, t.seconds, static_cast<double>(t.steps), sharding_->value_bytes_read()};
+    comm_.allreduce_sum(sums, 7, Group::world);
     nlohmann::json o = {{"kind", std::string(to_string(cfg_.optimizer.offload))},
                         {"staged", offload_staged(cfg_.optimizer)},
+                        {"values_on_disk", values != nullptr},
                         {"bytes_read", sums[0]},
                         {"bytes_written", sums[1]}};
     if (file) o["direct_io_rank0"] = file->direct();
     const double steps = sums[5] / comm_.size();  // each rank counts every step it updated
     o["update_bytes_read_per_step"] = steps > 0 ? nlohmann::json(sums[2] / steps) : nlohmann::json(nullptr);
     o["update_bytes_written_per_step"] = steps > 0 ? nlohmann::json(sums[3] / steps) : nlohmann::json(nullptr);
+    // The values' reads before each gather (forward and backward).
+    o["gather_bytes_read_per_step"] = steps > 0 ? nlohmann::json(sums[6] / steps) : nlohmann::json(nullptr);
     // Per rank: its bytes over its seconds in the updates' tile loops (I/O waits included).
     o["update_gb_per_s_per_rank"] = sums[4] > 0 ? nlohmann::json((sums[2] + sums[3]) / sums[4] / 1e9) : nlohmann::json(nullptr);
     j["optimizer_offload"] = o;

@@ -4,7 +4,9 @@
 // bit (`tessera diff --tolerance 0` on the checkpoints, the losses equal); checkpoints move between
 // offloaded and in-memory runs; a bad offload path stops the run before its first step; a write
 // failing mid-run stops every rank with the newest checkpoint intact and resumable. With "host"
-// (a GPU build's state in host memory) the same, the GPU build's staging run on this CPU.
+// (a GPU build's state in host memory) the same, the GPU build's staging run on this CPU. With
+// optimizer.offload_values (ZeRO 3) the parameter values live in a second scratch file too, read
+// before every gather and streamed by the update: the same bits again.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -25,6 +27,14 @@ namespace fs = std::filesystem;
 
 const std::string disk = " --set optimizer.offload=disk --set optimizer.offload_buffer_mb=0.05";
 const std::string adamw = " --set optimizer.kind=adamw --set optimizer.lr=0.002";
+const std::string values = disk + " --set optimizer.offload_values=true";
+
+// Nothing of a run is left in the offload directory: its scratch files (the state's, the values')
+// are gone.
+void expect_no_scratch_left() {
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path()))
+    EXPECT_EQ(e.path().filename().string().find("tessera-optimizer-"), std::string::npos) << e.path();
+}
 
 std::string ckpt(const std::string& dir, int step) {
   return fmt::format("{}/checkpoints/step_{:08}.h5", dir, step);
@@ -76,9 +86,12 @@ void expect_offload_equals_memory(const std::string& name, int ranks, const std:
   } else {
     EXPECT_EQ(summary["update_bytes_written_per_step"], 0.0) << summary;
   }
-  // Scratch: nothing of the run is left in the offload directory.
-  for (const auto& e : fs::directory_iterator(fs::temp_directory_path()))
-    EXPECT_EQ(e.path().filename().string().find("tessera-optimizer-state"), std::string::npos) << e.path();
+  // The values on disk: read before every gather, and said so in the log.
+  const bool on_disk = offload.find("offload_values=true") != std::string::npos;
+  EXPECT_EQ(summary["values_on_disk"], on_disk) << summary;
+  EXPECT_EQ(summary["gather_bytes_read_per_step"].get<double>() > 0.0, on_disk) << summary;
+  EXPECT_EQ(b.output.find("parameter values (rank 0): disk") != std::string::npos, on_disk) << b.output;
+  expect_no_scratch_left();
 }
 
 void expect_disk_equals_memory(const std::string& name, int ranks, const std::string& args_of_dir) {
@@ -110,14 +123,17 @@ TEST(Offload, DiskGivesTheBitsOfMemoryOnEveryLayout) {
 TEST(Offload, GptAndUnetGiveTheBitsOfMemory) {
   const std::string dir = fresh_dir("corpus");
   const std::string src = TESSERA_SOURCE_DIR, corpus = dir + "/docs.h5";
-  const RunResult p = tessera(1, fmt::format("prepare text --out {} {}/README.md {}/docs/design.md", corpus, src, src));
+  const RunResult p = tessera(1, fmt::format("prepare text --out {} {}", corpus, corpus_files(2)));
   ASSERT_EQ(p.exit_code, 0) << p.output;
-  expect_disk_equals_memory(
-      "gpt_bf16_zero3", 2,
-      fmt::format("train {}/tests/integration/gpt_test.toml --set data.path={} --set run.output_dir={{}} "
-                  "--set train.precision=bf16 --set parallel.zero=3 --set train.steps=30 "
-                  "--set checkpoint.every_steps=10 --set checkpoint.keep=0 {{}}",
-                  src, corpus));
+  const std::string gpt = fmt::format(
+      "train {}/tests/integration/gpt_test.toml --set data.path={} --set run.output_dir={{}} "
+      "--set train.precision=bf16 --set parallel.zero=3 --set train.steps=30 "
+      "--set checkpoint.every_steps=10 --set checkpoint.keep=0 {{}}",
+      src, corpus);
+  expect_disk_equals_memory("gpt_bf16_zero3", 2, gpt);
+  // The values on disk too (small buckets: many gathers, chunks that start inside a block).
+  expect_offload_equals_memory("gpt_bf16_zero3_values", 2, gpt, values + " --set comm.bucket_mb=0.05",
+                               "disk, 2 state buffer(s)");
   // The U-Net on 32 x 32 Darcy fields, split over 2 spatial ranks, AdamW at ZeRO 1.
   const std::string darcy = dir + "/darcy32.h5";
   const RunResult d = tessera(2, "prepare darcy --out " + darcy + " --size 32 --train 48 --test 16 --seed 3");
@@ -150,12 +166,45 @@ TEST(Offload, HostGivesTheBitsOfMemoryStagedAsOnAGpu) {
                                            "--set comm.bucket_mb=0.005"));
 }
 
+// optimizer.offload_values: the parameter values in a scratch file too (ZeRO 3), on 1, 2 and 4
+// ranks, SGD without state (only the values stream), with momentum and micro-batches, AdamW with
+// clipping in bf16, one tile at a time, the GPU build's staging, the U-Net split over 2 ranks.
+TEST(Offload, ValuesOnDiskGiveTheBitsOfMemory) {
+  const std::string zero3 = " --set parallel.zero=3 --set comm.bucket_mb=0.005";
+  expect_offload_equals_memory("values_adamw_np1", 1, mlp(adamw + zero3), values, "disk, 2 state buffer(s)");
+  expect_offload_equals_memory("values_sgd_micro", 2, mlp(zero3 + " --set parallel.micro_batches=2"), values,
+                               "disk, 1 state buffer(s)");
+  expect_offload_equals_memory("values_plain_sgd", 2, mlp(zero3 + " --set optimizer.momentum=0"), values,
+                               "disk, 0 state buffer(s)");
+  expect_offload_equals_memory("values_bf16_clip_serial", 2,
+                               mlp(adamw + zero3 + " --set train.precision=bf16 --set optimizer.clip_grad_norm=0.5"),
+                               values + " --set optimizer.offload_overlap=false", "disk, 2 state buffer(s)");
+  expect_offload_equals_memory("values_staged", 2, mlp(adamw + zero3), values, "disk, 2 state buffer(s)",
+                               "TESSERA_TEST_STAGE_OFFLOAD=1 ");
+  expect_offload_equals_memory("values_dp2_tp2_bf16", 4,
+                               mlp(adamw + " --set parallel.tensor=2 --set parallel.zero=3 --set train.precision=bf16 "
+                                           "--set comm.bucket_mb=0.005"),
+                               values, "disk, 2 state buffer(s)");
+  const std::string darcy = fresh_dir("values_darcy") + "/darcy32.h5";
+  const RunResult d = tessera(2, "prepare darcy --out " + darcy + " --size 32 --train 48 --test 16 --seed 3");
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  expect_offload_equals_memory("values_unet_spatial", 2,
+                               mlp(adamw + zero3 + " --set data.path=" + darcy +
+                                   " --set model.kind=unet --set model.channels=[4,8] --set train.global_batch=8"
+                                   " --set eval.batch=8 --set parallel.spatial=2"),
+                               values, "disk, 2 state buffer(s)");
+}
+
 TEST(Offload, CheckpointsMoveBetweenDiskAndMemory) {
   // The uninterrupted AdamW run on 2 ranks, trained once for this case and the killed update's.
   const std::string& whole = shared_run(2, adamw);
-  // 20 steps one way, the last 10 the other: the uninterrupted run's bits.
-  for (const auto& [first, second] : {std::pair{disk, std::string()}, std::pair{std::string(), disk}}) {
+  // 20 steps one way, the last 10 the other: the uninterrupted run's bits; the values on disk (at
+  // ZeRO 3) resume from ZeRO 0 in memory and the reverse.
+  const std::string values3 = values + " --set parallel.zero=3";
+  for (const auto& [first, second] : {std::pair{disk, std::string()}, std::pair{std::string(), disk},
+                                      std::pair{values3, std::string()}, std::pair{std::string(), values3}}) {
     const std::string dir = fresh_dir(first.empty() ? "memory_then_disk" : "disk_then_memory");
+    SCOPED_TRACE(first + " then" + second);
     ASSERT_EQ(tessera(2, train_args(dir, adamw + first + " --set train.steps=20")).exit_code, 0);
     const RunResult r = tessera(2, train_args(dir, adamw + second + " --resume auto"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -212,6 +261,21 @@ TEST(Offload, AWriteFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
   const RunResult resumed = tessera(2, train_args(dir, one_tile + " --resume auto"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   expect_same_bits(ckpt(whole, 30), ckpt(dir, 30));
+  // The values' file alone (SGD without momentum keeps no state): its one write at the start and
+  // one per step; the 15th is step 14's update.
+  const std::string plain = " --set optimizer.momentum=0 --set parallel.zero=3";
+  const std::string plain_whole = fresh_dir("fail_values_whole");
+  ASSERT_EQ(tessera(2, train_args(plain_whole, plain)).exit_code, 0);
+  const std::string vdir = fresh_dir("fail_values_write");
+  const std::string on_disk = one_tile + " --set optimizer.offload_values=true" + plain;
+  const RunResult v = shell("TESSERA_TEST_FAIL_OFFLOAD_WRITE=15 " + tessera_command(2, train_args(vdir, on_disk)));
+  expect_input_error(v, "tessera-optimizer-values");
+  EXPECT_NE(v.output.find("on rank 1 failed: Input/output error"), std::string::npos) << v.output;
+  EXPECT_EQ(read_file(vdir + "/checkpoints/latest"), "step_00000010.h5\n");
+  const RunResult v_resumed = tessera(2, train_args(vdir, on_disk + " --resume auto"));
+  ASSERT_EQ(v_resumed.exit_code, 0) << v_resumed.output;
+  expect_same_bits(ckpt(plain_whole, 30), ckpt(vdir, 30));
+  expect_no_scratch_left();
 }
 
 // Slurm's wall-time warning (SIGUSR1 through tools/mpirun.sh) arriving while the step-10
@@ -224,8 +288,7 @@ TEST(Offload, AStopSignalCheckpointsTheStateOnDiskAndResumesToTheUninterruptedBi
   const RunResult r = shell("TESSERA_TEST_SIGNAL_IN_CHECKPOINT=10 " + tessera_command(2, train_args(dir, adamw + disk)));
   ASSERT_EQ(r.exit_code, 4) << r.output;
   EXPECT_EQ(read_file(dir + "/checkpoints/latest"), "step_00000011.h5\n");
-  for (const auto& e : fs::directory_iterator(fs::temp_directory_path()))
-    EXPECT_EQ(e.path().filename().string().find("tessera-optimizer-state"), std::string::npos) << e.path();
+  expect_no_scratch_left();
   const RunResult resumed = tessera(2, train_args(dir, adamw + disk + " --resume auto"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("at step 11"), std::string::npos) << resumed.output;

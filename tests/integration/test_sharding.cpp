@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "run_helpers.hpp"
 
@@ -256,6 +257,26 @@ TEST(Sharding, MeasuredMemoryShrinksWithTheStage) {
   // Stage 2 drops the full gradient buffer, stage 3 the full value buffer.
   EXPECT_LT(bytes(2, "grad_peak_bytes"), 0.8 * bytes(1, "grad_peak_bytes"));
   EXPECT_LT(bytes(3, "param_peak_bytes"), 0.8 * bytes(2, "param_peak_bytes"));
+}
+
+// One rank alone at ZeRO 3 (what optimizer.offload_values needs): the same bits as ZeRO 0, and
+// no gradient memory beyond the one buffer (each bucket's gradients accumulate in the shard
+// itself, and the reduce-scatter of a group of one sums in place).
+TEST(Sharding, OneRankAtZeroThreeGivesZeroZerosBitsInOneGradientBuffer) {
+  const std::string base = "--set optimizer.kind=adamw --set optimizer.lr=0.002 --set optimizer.clip_grad_norm=0.5 "
+                           "--set train.steps=12 --set checkpoint.every_steps=12" + per_layer;
+  std::map<int, std::string> dirs;
+  for (int zero : {0, 3}) {
+    dirs[zero] = fresh_dir("one_rank_zero" + std::to_string(zero));
+    const RunResult r = tessera(1, train_args(dirs[zero], base + " --set parallel.zero=" + std::to_string(zero)));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const RunResult d = tessera(1, "diff " + dirs[0] + "/checkpoints/step_00000012.h5 " + dirs[3] +
+                                     "/checkpoints/step_00000012.h5 --tolerance 0");
+  EXPECT_NE(d.output.find("tolerance 0: passed"), std::string::npos) << d.output;
+  const auto grads = [&](int zero) { return summary(dirs[zero])["memory"]["grad_peak_bytes"].get<double>(); };
+  EXPECT_LE(grads(3), grads(0));
+  EXPECT_GT(grads(3), 0.9 * grads(0));
 }
 
 }  // namespace

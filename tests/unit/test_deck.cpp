@@ -566,6 +566,15 @@ TEST(Deck, PriorityRefusesWhatNeedsEveryBucketBeforeAnUpdate) {
   EXPECT_NO_THROW(load_deck(write_deck("prio_ok.toml", on), {}));
 }
 
+TEST(Deck, OffloadValuesNeedsTheStateOnDiskAndZeroThree) {
+  const std::string on = "[optimizer]\noffload_values = true\n";
+  expect_input_error([&] { load_deck(write_deck("ov_none.toml", on + "[parallel]\nzero = 3\n"), {}); },
+                     {"ov_none.toml", "optimizer.offload_values", "optimizer.offload = \"none\"", "\"disk\""});
+  expect_input_error([&] { load_deck(write_deck("ov_zero1.toml", on + "offload = \"disk\"\n[parallel]\nzero = 1\n"), {}); },
+                     {"ov_zero1.toml", "optimizer.offload_values", "parallel.zero = 1", "parallel.zero = 3"});
+  EXPECT_NO_THROW(load_deck(write_deck("ov_ok.toml", on + "offload = \"disk\"\n[parallel]\nzero = 3\n"), {}));
+}
+
 // --- Docs -----------------------------------------------------------------------------------
 
 TEST(Deck, DocsDocumentEveryKey) {
