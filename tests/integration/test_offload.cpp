@@ -246,6 +246,29 @@ TEST(Offload, AMemoryRefusalNamesTheOffloadThatWouldFit) {
   const RunResult fits = tessera(1, deck + " --set optimizer.offload=disk");
   EXPECT_EQ(fits.exit_code, 0) << fits.output;
   EXPECT_NE(fits.output.find("optimizer state on disk per rank"), std::string::npos) << fits.output;
+  // A GPT of 25.5M parameters (two blocks of width 1024) under 230 MB: 457 MB in memory, 257 MB
+  // with the state on disk; the values on disk too (ZeRO 3) need 207 MB, and the refusal says so.
+  // Then 2 steps under that limit: the measured peak fits.
+  const std::string corpus = fresh_dir("hint_corpus") + "/docs.h5";
+  ASSERT_EQ(tessera(1, fmt::format("prepare text --out {} {}", corpus, corpus_files(2))).exit_code, 0);
+  const std::string gpt =
+      fmt::format("{}/tests/integration/gpt_test.toml --set data.path={} --set model.width=1024 --set comm.bucket_mb=2 "
+                  "--set optimizer.offload_buffer_mb=4 --set eval.batch=8 --set run.memory_limit_mb=230",
+                  TESSERA_SOURCE_DIR, corpus);
+  expect_input_error(tessera_alone("check " + gpt),
+                     "more than the limit; set optimizer.offload = \"disk\", optimizer.offload_values = true and "
+                     "parallel.zero = 3 (about 206.5 MB per rank then");
+  const std::string on_disk = " --set optimizer.offload=disk --set optimizer.offload_values=true --set parallel.zero=3";
+  const RunResult check = tessera(1, "check " + gpt + on_disk);
+  EXPECT_NE(check.output.find("optimizer state and parameter values on disk per rank"), std::string::npos) << check.output;
+  const std::string dir = fresh_dir("values_under_limit");
+  const RunResult run = tessera(1, fmt::format("train {}{} --set train.steps=2 --set eval.every_steps=0 --set eval.at_end=false "
+                                               "--set checkpoint.at_end=false --set run.output_dir={}",
+                                               gpt, on_disk, dir));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  double peak = 0;
+  for (const auto& [k, v] : nlohmann::json::parse(read_file(dir + "/summary.json"))["memory"].items()) peak += v.get<double>();
+  EXPECT_LE(peak, 230e6);
 }
 
 TEST(Offload, AWriteFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
