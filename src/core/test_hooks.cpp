@@ -59,6 +59,12 @@ std::optional<long> fail_offload_write() {
   return std::atol(text);
 }
 
+std::optional<long> fail_offload_read() {
+  const char* text = value_of("TESSERA_TEST_FAIL_OFFLOAD_READ");
+  if (text == nullptr) return std::nullopt;
+  return std::atol(text);
+}
+
 bool stage_offload() {
   const char* text = value_of("TESSERA_TEST_STAGE_OFFLOAD");
   return text != nullptr && std::string_view(text) == "1";

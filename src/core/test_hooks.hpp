@@ -31,6 +31,9 @@
 //   TESSERA_TEST_FAIL_OFFLOAD_WRITE=K
 //       world rank 1 fails the K-th write to its optimizer.offload file (EIO) (optim/state_file.cpp).
 //       integration/test_offload.
+//   TESSERA_TEST_FAIL_OFFLOAD_READ=K
+//       world rank 1 fails the K-th read of each of its optimizer.offload files (EIO): a gather's
+//       read of the values or an update's (optim/state_file.cpp). integration/test_offload.
 //   TESSERA_TEST_KILL_IN_OFFLOAD_WRITE=K
 //       world rank 1 raises SIGKILL at the K-th write to its optimizer.offload file, in the middle
 //       of an update (optim/state_file.cpp). integration/test_offload.
@@ -80,6 +83,10 @@ std::optional<long> fail_in_read();
 /// \brief K of TESSERA_TEST_FAIL_OFFLOAD_WRITE=K (std::atol of the value), the write to the
 /// optimizer.offload file of world rank 1 that fails; nullopt where unset.
 std::optional<long> fail_offload_write();
+
+/// \brief K of TESSERA_TEST_FAIL_OFFLOAD_READ=K (std::atol of the value), the read of each
+/// optimizer.offload file of world rank 1 that fails; nullopt where unset.
+std::optional<long> fail_offload_read();
 
 /// \brief K of TESSERA_TEST_KILL_IN_OFFLOAD_WRITE=K (std::atol of the value), the write to the
 /// optimizer.offload file at which world rank 1 kills itself; nullopt where unset.

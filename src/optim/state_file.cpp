@@ -56,6 +56,11 @@ StateFile::~StateFile() {
 }
 
 void StateFile::read(std::size_t s, std::size_t begin, std::size_t count, float* out) const {
+  // Test hook (core/test_hooks.hpp): world rank 1's K-th read fails as a failing disk's would.
+  const long reads = ++reads_;
+  if (rank_ == 1 && test_hooks::fail_offload_read() == reads)
+    throw InputError(fmt::format("optimizer.offload: reading {} on rank {} failed: {} (TESSERA_TEST_FAIL_OFFLOAD_READ)",
+                                 path_, rank_, std::strerror(EIO)));
   auto* p = reinterpret_cast<char*>(out);
   std::size_t left = count * sizeof(float);
   auto at = static_cast<off_t>((s * padded_ + begin) * sizeof(float));

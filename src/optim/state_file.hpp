@@ -9,6 +9,7 @@
 // the buffer holds), buffered I/O where it does not (tmpfs, overlay, some parallel file systems);
 // describe() says which. Every read and write covers whole blocks of kBlock elements (4 KiB,
 // O_DIRECT's alignment), and the host buffers are aligned to it.
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +63,7 @@ class StateFile {
   mutable double read_bytes_ = 0.0;
   double written_bytes_ = 0.0;
   long writes_ = 0;  // writes made (the test hook counts them)
+  mutable std::atomic<long> reads_{0};  // reads made (the same; from the I/O thread or a gather)
 };
 
 /// \brief The directory optimizer.offload_path names: the path itself, else $TMPDIR, else /tmp.

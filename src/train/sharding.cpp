@@ -7,6 +7,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "kernels/reduce.hpp"
@@ -307,13 +308,15 @@ void Sharding::gather(const ExecSpace& exec, std::size_t b) {
     read_values(bucket.shard_offset, bucket.chunk, s.gathered.data());
     gather_read_ += value_file_->bytes_read() - before;
   } else if (value_file_) {
+    // A read failing on one rank (EIO) stops every rank of the group here, with its line, rather
+    // than leaving them in the allgather.
     // This rank's chunk from the file, then gathered as from memory.
     const Vector<float> chunk(Kokkos::view_alloc(mem::label(mem::Category::param, "tessera::Sharding::value_chunk"),
                                                  Kokkos::WithoutInitializing),
                               bucket.chunk);
     const auto h = Kokkos::create_mirror_view(chunk);
     const double before = value_file_->bytes_read();
-    read_values(bucket.shard_offset, bucket.chunk, h.data());
+    agree(comm_.handle(group()), [&] { read_values(bucket.shard_offset, bucket.chunk, h.data()); });
     gather_read_ += value_file_->bytes_read() - before;
     Kokkos::deep_copy(chunk, h);
     comm_.allgather(chunk.data(), s.gathered.data(), bucket.chunk, group());

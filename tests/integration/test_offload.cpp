@@ -271,7 +271,7 @@ TEST(Offload, AMemoryRefusalNamesTheOffloadThatWouldFit) {
   EXPECT_LE(peak, 230e6);
 }
 
-TEST(Offload, AWriteFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
+TEST(Offload, AnOffloadFileFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
   const std::string whole = fresh_dir("fail_whole");
   ASSERT_EQ(tessera(2, train_args(whole)).exit_code, 0);
   // SGD's one state of 52650 floats in one tile (a 1 MB buffer): one write per step on each rank;
@@ -298,6 +298,19 @@ TEST(Offload, AWriteFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
   const RunResult v_resumed = tessera(2, train_args(vdir, on_disk + " --resume auto"));
   ASSERT_EQ(v_resumed.exit_code, 0) << v_resumed.output;
   expect_same_bits(ckpt(plain_whole, 30), ckpt(vdir, 30));
+  // A read of the values failing on rank 1: its 44th is step 11's first gather (three reads a
+  // step, the gathers of forward and backward and the update's, and the checkpoint's copy). Both
+  // ranks of the ZeRO group stop there with the line, before the allgather.
+  const std::string rdir = fresh_dir("fail_values_read");
+  const RunResult rd = shell("TESSERA_TEST_FAIL_OFFLOAD_READ=44 " + tessera_command(2, train_args(rdir, on_disk)));
+  expect_input_error(rd, "tessera-optimizer-values");
+  EXPECT_NE(rd.output.find("on rank 1 failed: Input/output error (TESSERA_TEST_FAIL_OFFLOAD_READ)"), std::string::npos)
+      << rd.output;
+  EXPECT_EQ(rd.output.find("MPI_ABORT was invoked"), std::string::npos) << rd.output;  // agreed, not aborted alone
+  EXPECT_EQ(read_file(rdir + "/checkpoints/latest"), "step_00000010.h5\n");
+  const RunResult r_resumed = tessera(2, train_args(rdir, on_disk + " --resume auto"));
+  ASSERT_EQ(r_resumed.exit_code, 0) << r_resumed.output;
+  expect_same_bits(ckpt(plain_whole, 30), ckpt(rdir, 30));
   expect_no_scratch_left();
 }
 
