@@ -142,6 +142,25 @@ TEST(Watchdog, FourRanksOneStallsInADataGroup) {
       << d.output;
 }
 
+// The state and the parameter values on disk (ZeRO 3), their I/O threads beside the step: rank 1
+// stalls before the second step's dataset read (the data group's 15th operation; the hook acts
+// on the communicator's operations and marked sections, not on the agreements or the ZeRO
+// gathers' allgathers). Rank 0 times out; the run ends by itself with exit 5, the scratch files
+// gone.
+TEST(Watchdog, AnOffloadedRunWithTheValuesOnDiskEndsByItself) {
+  const Faulted f = run_with_fault("stall_offload", 2, "stall:1:data:15",
+                                   "--set optimizer.kind=adamw --set parallel.zero=3 --set optimizer.offload=disk "
+                                   "--set optimizer.offload_values=true --set optimizer.offload_buffer_mb=0.05");
+  ASSERT_EQ(f.op, "dataset read #15 of the data group") << f.run.output;
+  EXPECT_EQ(f.run.exit_code, 5) << f.run.output;
+  EXPECT_EQ(timed_out_ranks(f), std::vector<int>{0});
+  const RunResult d = doctor(f.dir);
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("verdict: rank 1 stopped outside communication"), std::string::npos) << d.output;
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path()))
+    EXPECT_EQ(e.path().filename().string().find("tessera-optimizer-"), std::string::npos) << e.path();
+}
+
 TEST(Watchdog, PipelineReceiveFromAStalledStage) {
   // pp 2: rank 1 (the last stage) stalls before a dataset read (its data group has only itself:
   // after the opening, every data-group operation is a read); rank 0 sent its activations and
