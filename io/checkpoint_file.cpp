@@ -37,12 +37,28 @@ std::uint64_t product(std::span<const std::uint64_t> values) {
                          [](std::uint64_t a, std::uint64_t b) { return a * b; });
 }
 
+}  // namespace
+
+std::uint64_t TensorSlab::elements() const { return by_elements ? (last > first ? last - first : 0) : product(count); }
+
+TensorSlab materialized(const TensorSlab& t, std::vector<float>& buffer) {
+  if (t.data != nullptr || !t.fill || t.elements() == 0) return t;
+  buffer.resize(t.elements());
+  t.fill(buffer.data());
+  TensorSlab copy = t;
+  copy.data = buffer.data();
+  copy.fill = nullptr;
+  return copy;
+}
+
+namespace {
+
 // A bug in the caller, not bad input: the slab does not fit its own shape.
 void check_slab(const TensorSlab& t) {
   const std::size_t rank = t.shape.size();
   if (t.by_elements) {
     bool fits = rank > 0 && t.offset.size() == rank && t.count.size() == rank && t.first <= t.last &&
-                t.last <= product(t.count) && (t.last == t.first || t.data);
+                t.last <= product(t.count) && (t.last == t.first || t.data || t.fill);
     for (std::size_t d = 0; fits && d < rank; ++d) fits = t.offset[d] + t.count[d] <= t.shape[d];
     if (!fits)
       throw std::invalid_argument(fmt::format("checkpoint tensor {}: element range [{}, {}) does "
@@ -61,7 +77,7 @@ void check_slab(const TensorSlab& t) {
           t.offset[d], t.offset[d] + t.count[d], d, t.shape[d]));
     }
   }
-  if (t.data == nullptr) {
+  if (t.data == nullptr && !t.fill) {
     throw std::invalid_argument(fmt::format("checkpoint tensor {}: no data", t.path));
   }
 }
@@ -170,6 +186,7 @@ h5::Dataset create_tensor(hid_t file, const TensorSlab& t, std::uint64_t checksu
   return dataset;
 }
 
+// Collective; t has its data (materialized).
 void write_tensor(hid_t file, const TensorSlab& t, std::uint64_t checksum, hid_t xfer) {
   h5::Dataset dataset = create_tensor(file, t, checksum);
   h5::Dataspace file_space(TESSERA_H5(H5Dget_space(dataset)));
@@ -220,10 +237,13 @@ void run_test_hooks(MPI_Comm comm, const CheckpointContent& content) {
   }
 }
 
-// The checksum of every tensor: each rank sums its own slab, the sums are added over comm.
+// The checksum of every tensor: each rank sums its own slab (a slab with a fill reads its
+// elements; a failure there is agreed before the sums meet), the sums are added over comm.
 std::vector<std::uint64_t> tensor_checksums(MPI_Comm comm, const CheckpointContent& content) {
   std::vector<std::uint64_t> sums;
-  for (const TensorSlab& t : content.tensors) sums.push_back(check_of(t).sum);
+  agree(comm, [&] {
+    for (const TensorSlab& t : content.tensors) sums.push_back(check_of(t).sum);
+  });
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T,
                           MPI_SUM, comm));
   return sums;
@@ -265,9 +285,12 @@ void write_content(MPI_Comm comm, const std::string& path, const CheckpointConte
   agree(comm, [&] { file = create_with_attributes(comm, path, content); });
   h5::PropList xfer = h5::collective_transfer();
   const std::size_t half = std::max<std::size_t>(1, content.tensors.size() / 2);
+  std::vector<float> buffer;  // a slab with a fill: its elements, one tensor at a time
   for (std::size_t i = 0; i < content.tensors.size(); ++i) {
+    TensorSlab t;
+    agree(comm, [&] { t = materialized(content.tensors[i], buffer); });  // local reads, agreed
     agree(comm, [&] {
-      write_tensor(file, content.tensors[i], sums[i], xfer);
+      write_tensor(file, t, sums[i], xfer);
       if (i + 1 == half) run_test_hooks(comm, content);
     });
   }

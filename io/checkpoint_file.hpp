@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -28,7 +29,17 @@ struct TensorSlab {
   /// piece of this rank's block), data holding last - first floats.
   bool by_elements = false;
   std::uint64_t first = 0, last = 0;
+  /// Instead of data (nullptr): writes the slab's elements() into its argument, where they are
+  /// needed (the checksum, the write; so possibly twice), one slab at a time: a state kept on disk
+  /// is never in memory whole.
+  std::function<void(float* out)> fill{};
+  /// The slab's elements: last - first, or product(count).
+  std::uint64_t elements() const;
 };
+
+/// \brief t itself, or where it has a fill and no data, a copy whose data is t's elements, read
+/// into `buffer` (which must outlive the copy's use).
+TensorSlab materialized(const TensorSlab& t, std::vector<float>& buffer);
 
 /// Everything a checkpoint holds.
 struct CheckpointContent {

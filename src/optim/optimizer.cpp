@@ -263,19 +263,26 @@ Optimizer::HostState Optimizer::host_state(std::size_t i) const {
   return h;
 }
 
-void Optimizer::copy_state(std::size_t i, float* out) const {
+void Optimizer::copy_state(std::size_t i, std::size_t at, std::size_t n, float* out) const {
+  if (at + n > n_) throw std::logic_error("tessera::Optimizer::copy_state: beyond the state");
   if (!host_states_.empty()) {
-    std::copy_n(host_states_[i].data(), n_, out);
+    std::copy_n(host_states_[i].data() + at, n, out);
     return;
   }
   if (!file_) {
-    Kokkos::deep_copy(Kokkos::View<float*, HostSpace, Kokkos::MemoryUnmanaged>(out, n_), states_[i]);
+    Kokkos::deep_copy(Kokkos::View<float*, HostSpace, Kokkos::MemoryUnmanaged>(out, n),
+                      Kokkos::subview(states_[i], std::pair<std::size_t, std::size_t>(at, at + n)));
     return;
   }
-  for (std::size_t at = 0; at < n_; at += tile_) {
-    const std::size_t count = std::min(tile_, n_ - at);
-    file_->read(i, at, std::min(tile_, file_->padded() - at), tiles_[i * depth_].get());
-    std::copy_n(tiles_[i * depth_].get(), count, out + at);
+  // Whole blocks of the file through the state's first tile, a tile at a time.
+  const std::size_t block = StateFile::kBlock;
+  float* const tile = tiles_[i * depth_].get();
+  for (std::size_t e = at; e < at + n;) {
+    const std::size_t first = e / block * block, stop = std::min(at + n, first + tile_);
+    const std::size_t last = std::min((stop + block - 1) / block * block, file_->padded());
+    file_->read(i, first, last - first, tile);
+    std::copy_n(tile + (e - first), stop - e, out + (e - at));
+    e = stop;
   }
 }
 

@@ -91,7 +91,9 @@ class Optimizer {
   };
   HostState host_state(std::size_t i) const;
   /// \brief Copies state buffer i into `out` (size() floats).
-  void copy_state(std::size_t i, float* out) const;
+  void copy_state(std::size_t i, float* out) const { copy_state(i, 0, n_, out); }
+  /// \brief Copies `n` elements of state buffer i from element `at` into `out` (on the host).
+  void copy_state(std::size_t i, std::size_t at, std::size_t n, float* out) const;
   /// \brief Sets state buffer i from `in` (size() floats on the host).
   void set_state(std::size_t i, const float* in);
 

@@ -59,7 +59,21 @@ std::pair<std::uint64_t, std::uint64_t> owned_rows(std::uint64_t rows, int r, in
 
 // What this rank writes of a tensor it holds whole (its tensor block): a contiguous range of the
 // block's rows, the block's replicas (replica r of n) splitting them.
-io::TensorSlab block_rows(const std::string& path, const nn::ParamInfo& p, const float* base, int r, int n) {
+// Where a slab's elements come from: `n` elements of `source` from element `at`.
+template <class Source>
+void attach(io::TensorSlab& slab, const Source& source, std::size_t at, std::size_t n) {
+  if (n == 0) return;
+  if (source.data != nullptr)
+    slab.data = source.data + at;
+  else
+    slab.fill = [read = source.read, at, n](float* out) { read(at, n, out); };
+}
+
+// What this rank writes of a block it holds whole (its first element at `at` in `source`): its
+// share of the block's rows over n ranks.
+template <class Source>
+io::TensorSlab block_rows(const std::string& path, const nn::ParamInfo& p, const Source& source, std::size_t at,
+                          int r, int n) {
   io::TensorSlab slab;
   slab.path = path;
   slab.shape = to_u64(p.logical_shape);
@@ -70,14 +84,15 @@ io::TensorSlab block_rows(const std::string& path, const nn::ParamInfo& p, const
   slab.count = to_u64(p.shape);
   slab.offset[0] += begin;
   slab.count[0] = end - begin;
-  slab.data = base + begin * row_len;
+  attach(slab, source, at + begin * row_len, (end - begin) * row_len);
   return slab;
 }
 
 // What this rank writes from a ZeRO shard: its piece, an element range of its tensor block. A
 // block every tensor rank holds is written from tensor rank 0 only.
-io::TensorSlab shard_piece(const std::string& path, const nn::ParamInfo& p,
-                           const Sharding::Piece& piece, const float* shard, bool writes) {
+template <class Source>
+io::TensorSlab shard_piece(const std::string& path, const nn::ParamInfo& p, const Sharding::Piece& piece,
+                           const Source& shard, bool writes) {
   io::TensorSlab slab;
   slab.path = path;
   slab.shape = to_u64(p.logical_shape);
@@ -87,7 +102,7 @@ io::TensorSlab shard_piece(const std::string& path, const nn::ParamInfo& p,
   if (writes) {
     slab.first = piece.begin;
     slab.last = piece.end;
-    slab.data = shard + piece.shard_offset;
+    attach(slab, shard, piece.shard_offset, piece.end - piece.begin);
   }
   return slab;
 }
@@ -231,8 +246,8 @@ LatestCheckpoint Checkpointer::find_latest() const {
   return found;
 }
 
-std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const Sharding* sh, const float* values,
-                                                const std::vector<const float*>& states,
+std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const Sharding* sh, const Source& values,
+                                                const std::vector<Source>& states,
                                                 const std::vector<std::string>& state_names) const {
   const auto& store = model.params();
   const bool sharded_values = sh != nullptr && sh->values_sharded();
@@ -243,12 +258,12 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const Shardi
   // A block this rank holds whole is split by rows over its replicas (the replica group: the data
   // ranks times the spatial ranks, and the tensor ranks too where every tensor rank holds it); a
   // shard's piece is written by the rank that holds it. No element is written twice.
-  const auto slab = [&](const std::string& path, std::size_t i, const float* full, const float* shard) {
+  const auto slab = [&](const std::string& path, std::size_t i, const Source& source, bool sharded) {
     const auto& p = store.infos()[i];
-    if (shard != nullptr)
-      return shard_piece(path, p, pieces[i], shard, (p.tensor_sharded || t == 0) && sh->writes_pieces());
-    return p.tensor_sharded ? block_rows(path, p, full + p.offset, d, n_d)
-                            : block_rows(path, p, full + p.offset, d + n_d * t, n_d * n_t);
+    if (sharded)
+      return shard_piece(path, p, pieces[i], source, (p.tensor_sharded || t == 0) && sh->writes_pieces());
+    return p.tensor_sharded ? block_rows(path, p, source, p.offset, d, n_d)
+                            : block_rows(path, p, source, p.offset, d + n_d * t, n_d * n_t);
   };
   // Every rank lists every tensor of the whole model in the same order (the datasets are
   // created collectively); a tensor of another pipeline stage gets an empty slab here.
@@ -266,20 +281,19 @@ std::vector<io::TensorSlab> Checkpointer::slabs(const Model& model, const Shardi
     // The last stage's copy of a tied parameter is written by the first stage's original.
     const bool mine = i < store.infos().size() && store.infos()[i].tie != nn::Tie::copy;
     const std::string model_path = "model/" + logical.name;
-    if (values != nullptr)
-      out.push_back(mine ? slab(model_path, i, values, sharded_values ? values : nullptr) : none(model_path));
+    if (values)
+      out.push_back(mine ? slab(model_path, i, values, sharded_values) : none(model_path));
     for (std::size_t k = 0; k < states.size(); ++k) {
       const std::string path = "optimizer/" + logical.name + "/" + state_names[k];
-      out.push_back(mine ? slab(path, i, states[k], sharded_states ? states[k] : nullptr) : none(path));
+      out.push_back(mine ? slab(path, i, states[k], sharded_states) : none(path));
     }
   }
   return out;
 }
 
 io::CheckpointContent Checkpointer::content(const Model& model, const Sharding& sharding, const Optimizer& opt,
-                                            const TrainState& state, const float* values,
-                                            const std::vector<const float*>& states,
-                                            const FieldNormValues& norm) const {
+                                            const TrainState& state, const Source& values,
+                                            const std::vector<Source>& states, const FieldNormValues& norm) const {
   io::CheckpointContent c;
   c.root_attrs = {
       {"step", state.step},
@@ -310,19 +324,33 @@ io::CheckpointContent Checkpointer::content(const Model& model, const Sharding& 
 std::string Checkpointer::save(const Model& model, const Sharding& sharding, const Optimizer& opt,
                                const TrainState& state) {
   // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
-  // optimizer state (full, or this rank's shard: the sharding says).
-  std::vector<float> h_values(sharding.values_size());
-  sharding.copy_values(h_values.data());
+  // optimizer state (full, or this rank's shard: the sharding says). What lives in an offload
+  // file is read from it tensor by tensor as the writer needs it, never whole.
+  std::vector<float> h_values;
+  Source values;
+  if (sharding.value_file() != nullptr) {
+    values.read = [&sharding](std::size_t at, std::size_t n, float* out) { sharding.copy_values(at, n, out); };
+  } else {
+    h_values.resize(sharding.values_size());
+    sharding.copy_values(0, h_values.size(), h_values.data());
+    values = h_values.data();
+  }
   std::vector<Optimizer::HostState> h_states;
   h_states.reserve(opt.state_names().size());
-  std::vector<const float*> states;
+  std::vector<Source> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
+    if (opt.offload_file() != nullptr) {
+      Source s;
+      s.read = [&opt, i](std::size_t at, std::size_t n, float* out) { opt.copy_state(i, at, n, out); };
+      states.push_back(std::move(s));
+      continue;
+    }
     h_states.push_back(opt.host_state(i));
-    states.push_back(h_states.back().data());
+    states.emplace_back(h_states.back().data());
   }
   const fs::path path = fs::path(dir_) / fmt::format("step_{:08}.h5", state.step);
   const FieldNormValues norm = field_norm_values(model.shape().norm);
-  io::write_checkpoint(comm_.handle(), path.string(), content(model, sharding, opt, state, h_values.data(), states, norm));
+  io::write_checkpoint(comm_.handle(), path.string(), content(model, sharding, opt, state, values, states, norm));
   written_.insert(state.step);
   record_latest(path.string());
   return path.string();
@@ -346,8 +374,8 @@ void Checkpointer::begin_save(const Model& model, const Sharding& sharding, cons
   // Stage: this rank's values and optimizer state copied out of the live buffers (the only
   // pause; training changes them from the next step on).
   p->values.resize(sharding.values_size());
-  sharding.copy_values(p->values.data());
-  std::vector<const float*> states;
+  sharding.copy_values(0, p->values.size(), p->values.data());
+  std::vector<Source> states;
   p->states.resize(opt.state_names().size());
   for (std::size_t i = 0; i < p->states.size(); ++i) {
     p->states[i].resize(opt.size());
@@ -507,7 +535,7 @@ void Checkpointer::load_model(const std::string& path, Model& model, Sharding* s
     read_tensor(file, "model/" + logical.name, store, logical, sharded ? &pieces : nullptr, h_values.data());
   verify(file, slabs(model, sharded ? sharding : nullptr, h_values.data(), {}, {}));
   if (sharding != nullptr)
-    sharding->set_values(h_values.data());
+    sharding->set_values(0, h_values.size(), h_values.data());
   else
     Kokkos::deep_copy(store.values(), Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(h_values.data(), h_values.size()));
   store.values_changed();
@@ -538,7 +566,7 @@ TrainState Checkpointer::load(const std::string& path, Model& model, Sharding& s
   const bool sharded = sharding.state_sharded();
   const auto pieces = sharded ? sharding.pieces() : std::vector<Sharding::Piece>{};
   std::vector<std::vector<float>> h_states(opt.state_names().size());
-  std::vector<const float*> states;
+  std::vector<Source> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
     h_states[i].resize(opt.size());
     states.push_back(h_states[i].data());

@@ -4,6 +4,7 @@
 // the newest `keep` kept. Model tensors and optimizer state are stored in their logical shapes;
 // each rank writes the rows it owns, so no element is written twice.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -96,12 +97,20 @@ class Checkpointer {
   void load_model(const std::string& path, Model& model, Sharding* sharding = nullptr) const;
 
  private:
+  /// This rank's values or one optimizer state to write from: a host copy, or (`read` set) read
+  /// range by range where it is needed (an offload file: never in memory whole).
+  struct Source {
+    const float* data = nullptr;
+    std::function<void(std::size_t at, std::size_t n, float* out)> read;
+    Source(const float* host = nullptr) : data(host) {}  // NOLINT(google-explicit-constructor): a host copy
+    explicit operator bool() const { return data != nullptr || static_cast<bool>(read); }
+  };
   /// This rank's slab of every checkpoint tensor, in the file's order: the model's (if values is
-  /// given) and then, per parameter, its optimizer states (one pointer per state, named by
-  /// state_names); each pointing into the given host copies (full, or this rank's shard where
-  /// `sharding` shards them; nullptr: full).
-  std::vector<io::TensorSlab> slabs(const Model& model, const Sharding* sharding, const float* values,
-                                    const std::vector<const float*>& states,
+  /// given) and then, per parameter, its optimizer states (one source per state, named by
+  /// state_names); each from the given sources (full, or this rank's shard where `sharding`
+  /// shards them; nullptr: full).
+  std::vector<io::TensorSlab> slabs(const Model& model, const Sharding* sharding, const Source& values,
+                                    const std::vector<Source>& states,
                                     const std::vector<std::string>& state_names) const;
   /// Checks the slabs this rank read against the file's checksums (collective).
   void verify(const io::CheckpointFile& file, const std::vector<io::TensorSlab>& owned) const;
@@ -111,8 +120,8 @@ class Checkpointer {
   /// and states (host copies) in the file's order, then the model's normalisation statistics
   /// (`norm`: field_norm_values of the model's; none where it has none), written by rank 0.
   io::CheckpointContent content(const Model& model, const Sharding& sharding, const Optimizer& opt,
-                                const TrainState& state, const float* values,
-                                const std::vector<const float*>& states, const FieldNormValues& norm) const;
+                                const TrainState& state, const Source& values, const std::vector<Source>& states,
+                                const FieldNormValues& norm) const;
   /// After the file is renamed into place: `latest` names it, old ones are pruned (rank 0, agreed).
   void record_latest(const std::string& path);
 

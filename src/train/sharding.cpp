@@ -133,22 +133,26 @@ void Sharding::initialize(const ExecSpace& exec, std::uint64_t seed) {
 
 std::size_t Sharding::values_size() const { return values_sharded_ ? store_->shard_size() : store_->size(); }
 
-void Sharding::copy_values(float* out) const {
+void Sharding::copy_values(std::size_t at, std::size_t n, float* out) const {
+  if (at + n > values_size()) throw std::logic_error("tessera::Sharding::copy_values: beyond the values");
   if (value_file_) {
-    read_values(0, values_size(), out);
+    read_values(at, n, out);
     return;
   }
-  Kokkos::deep_copy(Kokkos::View<float*, HostSpace, Kokkos::MemoryUnmanaged>(out, values_size()),
-                    values_sharded_ ? value_shard_ : store_->values());
+  const Vector<float> all = values_sharded_ ? value_shard_ : store_->values();
+  Kokkos::deep_copy(Kokkos::View<float*, HostSpace, Kokkos::MemoryUnmanaged>(out, n),
+                    Kokkos::subview(all, std::pair<std::size_t, std::size_t>(at, at + n)));
 }
 
-void Sharding::set_values(const float* in) {
+void Sharding::set_values(std::size_t at, std::size_t n, const float* in) {
+  if (at + n > values_size()) throw std::logic_error("tessera::Sharding::set_values: beyond the values");
   if (value_file_) {
-    write_values(0, values_size(), in);
+    write_values(at, n, in);
     return;
   }
-  Kokkos::deep_copy(values_sharded_ ? value_shard_ : store_->values(),
-                    Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(in, values_size()));
+  const Vector<float> all = values_sharded_ ? value_shard_ : store_->values();
+  Kokkos::deep_copy(Kokkos::subview(all, std::pair<std::size_t, std::size_t>(at, at + n)),
+                    Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(in, n));
 }
 
 std::string Sharding::describe_values() const {

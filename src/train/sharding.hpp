@@ -119,10 +119,10 @@ class Sharding {
   void initialize(const ExecSpace& exec, std::uint64_t seed);
   /// Elements of the values this rank holds between steps: the full buffer or its shard.
   std::size_t values_size() const;
-  /// \brief Copies them into `out` (values_size() floats on the host), from memory or the file.
-  void copy_values(float* out) const;
-  /// \brief Sets them from `in` (values_size() floats on the host).
-  void set_values(const float* in);
+  /// \brief Copies `n` of them from element `at` into `out` (on the host), from memory or the file.
+  void copy_values(std::size_t at, std::size_t n, float* out) const;
+  /// \brief Sets `n` of them from element `at` from `in` (on the host).
+  void set_values(std::size_t at, std::size_t n, const float* in);
   /// optimizer.offload_values: the file the value shard lives in (nullptr: in memory).
   StateFile* value_file() const { return value_file_.get(); }
   /// Where the values live, for the run log ("memory", "disk, ...").
