@@ -10,31 +10,38 @@
 #    (offload none), on disk with optimizer.offload_overlap = true and with it false, alternated
 #    REPS times. From metrics.csv (train rows after step WARMUP): the median step time (global
 #    batch / samples_per_s), the fastest step (the one least disturbed by other jobs) and the
-#    median t_optimizer; from summary.json the bytes read and written per step; from log.txt the
-#    I/O mode (O_DIRECT or buffered). Runs on more than one rank use ZeRO stage
-#    ZERO, so each rank streams its shard. Hidden share = 1 - exposed(overlap) / exposed(no
-#    overlap), where exposed = t_optimizer(disk) - t_optimizer(memory).
-# 3. The largest GPT that trains 5 steps on 1 rank under run.memory_limit_mb = LIMIT_MB, in memory,
-#    on disk with the default buffer and on disk with a SMALL_BUFFER_MB buffer: model.width (a
-#    multiple of WIDTH_STEP; SEARCH_LAYERS blocks, context SEARCH_CONTEXT, global batch and eval
-#    batch SEARCH_BATCH, so activations stay small) is searched by bisection with `tessera check`
-#    (the estimate), then confirmed by real 5-step runs: the chosen width must train (a narrower one
-#    is tried while the run is refused), and the next width up must be refused (by the estimate
-#    before anything is allocated, or by the measured peak after step 1). Each run's counted peak
-#    (summary.json's memory.*_peak_bytes, summed) and its maximum resident set (/usr/bin/time) go
-#    in the table.
+#    median t_optimizer; from summary.json the bytes read and written per step (and, with the
+#    values on disk, gather_bytes_read_per_step: what the gathers read, all ranks summed); from
+#    log.txt the I/O mode (O_DIRECT or buffered). The modes are STEP_MODES: memory, overlap,
+#    serial and values (state and parameter values on disk, optimizer.offload_values = true,
+#    overlap, ZeRO 3). Runs on more than one rank use ZeRO stage ZERO, so each rank streams its
+#    shard; the values mode is ZeRO 3 on every rank count whatever ZERO says (on 1 rank too: the
+#    values on disk need it). Hidden share = 1 - exposed(overlap) / exposed(no overlap), where
+#    exposed = t_optimizer(disk) - t_optimizer(memory).
+# 3. The largest GPT that trains 5 steps on 1 rank under run.memory_limit_mb = LIMIT_MB for each
+#    mode of LIMIT_MODES: in memory, on disk with the default buffer, on disk with a
+#    SMALL_BUFFER_MB buffer and with the state and the parameter values on disk (ZeRO 3, the
+#    default 64 MB buffer): model.width (a multiple of WIDTH_STEP; SEARCH_LAYERS blocks, context
+#    SEARCH_CONTEXT, global batch and eval batch SEARCH_BATCH, so activations stay small) is
+#    searched by bisection with `tessera check` (the estimate), then confirmed by real 5-step runs:
+#    the chosen width must train (a narrower one is tried while the run is refused), and the next
+#    width up must be refused (by the estimate before anything is allocated, or by the measured
+#    peak after step 1). Each run's counted peak (summary.json's memory.*_peak_bytes, summed) and
+#    its maximum resident set (/usr/bin/time) go in the table.
 #
 # Writes bench/results/offload[_LABEL]_dd.csv (what,rep,block,bytes,seconds,gbps),
 # offload[_LABEL]_step.csv (ranks,mode,rep,step_s,t_optimizer_s,t_fwd_bwd_s,read_mb_per_step,
-# written_mb_per_step,io_mode,fastest_step_s), offload[_LABEL]_limit.csv (mode,buffer_mb,role,
+# written_mb_per_step,io_mode,fastest_step_s,gather_mb_per_step: empty but for the values mode;
+# read_mb_per_step includes it), offload[_LABEL]_limit.csv (mode,buffer_mb,role,
 # width,parameters,estimate_mb,result,counted_peak_mb,max_rss_mb,final_loss),
 # offload[_LABEL]_sitting.txt (date, load averages at the start and the end) and
 # offload[_LABEL].md (the machine, medians, ratios).
 #
 # Usage: bench/offload.sh     (needs build/tessera; makes its token file from README.md docs/*.md)
 # env: REPS (3), STEPS (8), WARMUP (2), WIDTH (512), LAYERS (4), CONTEXT (128), BATCH (8),
-#      RANKS ("1 2"), ZERO (1), LIMIT_MB (2000), WIDTH_STEP (16), SEARCH_LAYERS (4),
-#      SEARCH_CONTEXT (64), SEARCH_BATCH (2), SMALL_BUFFER_MB (8), DD_MB (512),
+#      RANKS ("1 2"), ZERO (1; not the values mode, always 3), STEP_MODES ("memory overlap serial
+#      values"), LIMIT_MODES ("memory overlap small values"), LIMIT_MB (2000), WIDTH_STEP (16),
+#      SEARCH_LAYERS (4), SEARCH_CONTEXT (64), SEARCH_BATCH (2), SMALL_BUFFER_MB (8), DD_MB (512),
 #      OFFLOAD_PATH (empty: $TMPDIR, else /tmp, as optimizer.offload_path), BUILD_DIR (build),
 #      LABEL (names the files offload_LABEL*),
 #      SKIP_DD=1, SKIP_STEP=1, SKIP_LIMIT=1 (leave a part out; the table keeps its old CSV),
@@ -55,6 +62,8 @@ context=${CONTEXT:-128}
 batch=${BATCH:-8}
 read -r -a rank_counts <<<"${RANKS:-1 2}"
 zero=${ZERO:-1}
+read -r -a step_modes <<<"${STEP_MODES:-memory overlap serial values}"
+read -r -a limit_modes <<<"${LIMIT_MODES:-memory overlap small values}"
 limit=${LIMIT_MB:-2000}
 width_step=${WIDTH_STEP:-16}
 search_layers=${SEARCH_LAYERS:-4}
@@ -94,16 +103,19 @@ common=(--set "data.path=\"$data\"" --set train.log_every=1 --set eval.every_ste
         --set "optimizer.offload_path=\"$offload_dir\"")
 
 # \brief The --set arguments of an offload mode: memory, overlap (disk, I/O thread reading ahead
-# and writing behind), serial (disk, one tile at a time), small (disk, overlap, SMALL_BUFFER_MB).
+# and writing behind), serial (disk, one tile at a time), small (disk, overlap, SMALL_BUFFER_MB),
+# values (state and parameter values on disk, overlap, the default buffer; ZeRO 3, which they need).
 mode_args() {
   case "$1" in
     memory) echo "--set optimizer.offload=\"none\"" ;;
     overlap) echo "--set optimizer.offload=\"disk\" --set optimizer.offload_overlap=true" ;;
     serial) echo "--set optimizer.offload=\"disk\" --set optimizer.offload_overlap=false" ;;
     small) echo "--set optimizer.offload=\"disk\" --set optimizer.offload_overlap=true --set optimizer.offload_buffer_mb=$small_buffer" ;;
+    values) echo "--set optimizer.offload=\"disk\" --set optimizer.offload_overlap=true --set optimizer.offload_values=true --set parallel.zero=3" ;;
     *) die "unknown mode '$1'" ;;
   esac
 }
+for mode in "${step_modes[@]}" "${limit_modes[@]}"; do mode_args "$mode" >/dev/null; done
 
 # ---- 1. dd on the offload path -------------------------------------------------------------
 # \brief Print "bytes,seconds" from dd's last line of output.
@@ -138,7 +150,8 @@ step_run() {
   local ranks=$1 mode=$2 rep=$3 dir=$runs/step_np$1_$2
   local -a mode_set zero_set=()
   read -r -a mode_set <<<"$(mode_args "$mode")"
-  if ((ranks > 1)); then zero_set=(--set "parallel.zero=$zero"); fi
+  # The values mode sets ZeRO 3 itself (mode_args), on any rank count.
+  if ((ranks > 1)) && [[ "$mode" != values ]]; then zero_set=(--set "parallel.zero=$zero"); fi
   rm -rf "$dir"
   tools/mpirun.sh -n "$ranks" "$build/tessera" train inputs/kjv_gpt.toml "${common[@]}" \
     --set model.width="$width" --set model.layers="$layers" --set model.context="$context" \
@@ -158,16 +171,18 @@ off = s.get("optimizer_offload") or {"bytes_read": 0.0, "bytes_written": 0.0}
 m = re.search(r"optimizer state \(rank 0\): .*\((O_DIRECT|buffered I/O[^)]*)\)", open(f"{d}/log.txt").read())
 io = m.group(1) if m else "memory"
 fastest = min(batch / float(r["samples_per_s"]) for r in rows)
+gather = off.get("gather_bytes_read_per_step") if off.get("values_on_disk") else None
 print(f"{ranks},{mode},{rep},{step:.4f},{opt:.4f},{fb:.4f},{off['bytes_read'] / s['steps'] / 1e6:.2f},"
-      f"{off['bytes_written'] / s['steps'] / 1e6:.2f},{io},{fastest:.4f}")
+      f"{off['bytes_written'] / s['steps'] / 1e6:.2f},{io},{fastest:.4f},"
+      f"{'' if gather is None else f'{gather / 1e6:.2f}'}")
 PY
   echo "offload: step np$ranks $mode rep $rep done" >&2
 }
 if [[ -z "${SKIP_STEP:-}" && -z "${TABLE_ONLY:-}" ]]; then
-  echo "ranks,mode,rep,step_s,t_optimizer_s,t_fwd_bwd_s,read_mb_per_step,written_mb_per_step,io_mode,fastest_step_s" >"$step_csv"
+  echo "ranks,mode,rep,step_s,t_optimizer_s,t_fwd_bwd_s,read_mb_per_step,written_mb_per_step,io_mode,fastest_step_s,gather_mb_per_step" >"$step_csv"
   for rep in $(seq 1 "$reps"); do
     for ranks in "${rank_counts[@]}"; do
-      for mode in memory overlap serial; do step_run "$ranks" "$mode" "$rep"; done
+      for mode in "${step_modes[@]}"; do step_run "$ranks" "$mode" "$rep"; done
     done
   done
 fi
@@ -232,7 +247,7 @@ elif "the run needs about" in out:
     result = "refused: estimate"
 else:
     result = f"failed (exit {rc})"
-buffer = {"memory": "", "overlap": "64", "small": small}[mode]
+buffer = {"memory": "", "overlap": "64", "serial": "64", "small": small, "values": "64"}[mode]
 print(f"{mode},{buffer},{role},{w},{params},{est},{result},{peak},{rss},{loss}")
 PY
   echo "offload: limit $mode width $w ($role): exit $rc" >&2
@@ -241,7 +256,7 @@ PY
 
 if [[ -z "${SKIP_LIMIT:-}" && -z "${TABLE_ONLY:-}" ]]; then
   echo "mode,buffer_mb,role,width,parameters,estimate_mb,result,counted_peak_mb,max_rss_mb,final_loss" >"$limit_csv"
-  for mode in memory overlap small; do
+  for mode in "${limit_modes[@]}"; do
     # Bisection over multiples of WIDTH_STEP: lo fits (or is the smallest step), hi does not.
     lo=1 hi=$((16384 / width_step))
     while ((hi - lo > 1)); do
@@ -302,53 +317,80 @@ if step:
     lines += [f"Step time, GPT {layers} blocks x width {width}, context {context}, global batch {batch}, AdamW; "
               f"medians over {n} runs of the per-step medians (fastest step: of each run's fastest step) of steps "
               f"{int(warmup) + 1}-{steps}; "
-              f"more than one rank: ZeRO {zero}. `I/O at dd speed` = read MB / dd read + written MB / dd "
-              "overwrite, the time the disk itself needs for the step's bytes; `of t_optimizer` = that over "
-              "t_optimizer, the share of the optimizer phase the disk's own speed explains; `memory step + "
-              "extra t_optimizer` = (step in memory + t_optimizer - t_optimizer in memory) / step in memory, "
-              "the ratio with the other phases' noise taken out.", "",
+              f"more than one rank: ZeRO {zero}, but the values rows are ZeRO 3 on every rank count (1 rank too). "
+              "`read + written MB per step` = summary.json's bytes over the steps, all ranks summed (the values "
+              "rows' read includes the gathers'); `gather MB per step` = gather_bytes_read_per_step, what the "
+              "gathers (forward and backward) read of the values, all ranks summed. `I/O at dd speed` = the "
+              "update's read MB (without the gathers') / dd read + written MB / dd overwrite, the time the disk "
+              "itself needs for the update's bytes; `of t_optimizer` = that over t_optimizer, the share of the "
+              "optimizer phase the disk's own speed explains; `gathers at dd speed` = gather MB / dd read; "
+              "`memory step + extra t_optimizer` = (step in memory + t_optimizer - t_optimizer in memory) / step "
+              "in memory, the ratio with the other phases' noise taken out.", "",
               "| ranks | state | step s | fastest step s | t_optimizer s | fwd+bwd s | step / memory | fastest / memory "
               "| memory step + extra t_optimizer | t_optimizer / memory | read + written MB per step | I/O at dd speed s "
-              "| of t_optimizer | I/O |",
-              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    names = {"memory": "memory", "overlap": "disk, overlap", "serial": "disk, no overlap"}
+              "| of t_optimizer | gather MB per step | gathers at dd speed s | I/O |",
+              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+              "| --- |"]
+    names = {"memory": "memory", "overlap": "disk, overlap", "serial": "disk, no overlap",
+             "small": f"disk, overlap, {small} MB buffer", "values": "disk + values, overlap (ZeRO 3)"}
+    order = [k for k in names if any(r["mode"] == k for r in step)]
     hidden = []
     for ranks in sorted({r["ranks"] for r in step}, key=int):
-        m = lambda mode, k: med([float(r.get(k) or "nan") for r in step if r["ranks"] == ranks and r["mode"] == mode])
+        def m(mode, k):
+            xs = [float(r.get(k) or "nan") for r in step if r["ranks"] == ranks and r["mode"] == mode]
+            return med(xs) if xs else float("nan")
         base_step, base_opt = m("memory", "step_s"), m("memory", "t_optimizer_s")
         base_fast = m("memory", "fastest_step_s")
-        for mode in ("memory", "overlap", "serial"):
-            rd, wr = m(mode, "read_mb_per_step"), m(mode, "written_mb_per_step")
+        for mode in order:
+            if not any(r["ranks"] == ranks and r["mode"] == mode for r in step):
+                continue
+            rd, wr, g = m(mode, "read_mb_per_step"), m(mode, "written_mb_per_step"), m(mode, "gather_mb_per_step")
+            upd = rd - (g if g == g else 0.0)
             io = next(r["io_mode"] for r in step if r["ranks"] == ranks and r["mode"] == mode)
-            ideal = rd / 1e3 / bw["read"] + wr / 1e3 / bw["overwrite"] if bw and rd > 0 else 0.0
+            ideal = upd / 1e3 / bw["read"] + wr / 1e3 / bw["overwrite"] if bw and rd > 0 else 0.0
             frac = f"{ideal / m(mode, 't_optimizer_s'):.0%}" if ideal > 0 else "-"
+            g_ideal = num(g / 1e3 / bw["read"], 3) if bw and g == g else "-"
             lines.append(f"| {ranks} | {names[mode]} | {m(mode, 'step_s'):.3f} | {num(m(mode, 'fastest_step_s'), 3)} | "
                          f"{m(mode, 't_optimizer_s'):.3f} | {m(mode, 't_fwd_bwd_s'):.3f} | "
-                         f"{m(mode, 'step_s') / base_step:.2f} | {num(m(mode, 'fastest_step_s') / base_fast, 2)} | "
-                         f"{(base_step + m(mode, 't_optimizer_s') - base_opt) / base_step:.2f} | "
-                         f"{m(mode, 't_optimizer_s') / base_opt:.1f} | {rd:.1f} + {wr:.1f} | "
-                         f"{ideal:.3f} | {frac} | {io} |")
+                         f"{num(m(mode, 'step_s') / base_step, 2)} | {num(m(mode, 'fastest_step_s') / base_fast, 2)} | "
+                         f"{num((base_step + m(mode, 't_optimizer_s') - base_opt) / base_step, 2)} | "
+                         f"{num(m(mode, 't_optimizer_s') / base_opt, 1)} | {rd:.1f} + {wr:.1f} | "
+                         f"{ideal:.3f} | {frac} | {num(g, 1)} | {g_ideal} | {io} |")
         e_on, e_off = m("overlap", "t_optimizer_s") - base_opt, m("serial", "t_optimizer_s") - base_opt
-        hidden.append(f"{ranks} rank(s): exposed I/O {e_off:.3f} s without overlap, {e_on:.3f} s with it: "
-                      f"hidden share {1 - e_on / e_off:.0%}")
-    lines += ["", "Overlap (exposed = t_optimizer on disk - t_optimizer in memory): " + "; ".join(hidden) + ".", ""]
+        if e_on == e_on and e_off == e_off:
+            hidden.append(f"{ranks} rank(s): exposed I/O {e_off:.3f} s without overlap, {e_on:.3f} s with it: "
+                          f"hidden share {1 - e_on / e_off:.0%}")
+    if hidden:
+        lines += ["", "Overlap (exposed = t_optimizer on disk - t_optimizer in memory): " + "; ".join(hidden) + "."]
+    lines.append("")
 
 lim = read(limit_csv)
 if lim:
+    states = {"memory": "memory", "overlap": "disk", "serial": "disk, no overlap", "small": "disk",
+              "values": "disk + values (ZeRO 3)"}
     lines += [f"Largest GPT that trains 5 steps on 1 rank under run.memory_limit_mb = {limit} ({s_layers} blocks, "
               f"context {s_context}, global batch and eval batch {s_batch}, AdamW; model.width in steps searched "
-              "with `tessera check`, then run):", "",
+              "with `tessera check`, then run; `disk + values`: the state and the parameter values on disk, "
+              "ZeRO 3):", "",
               "| state | buffer MB | role | width | parameters | estimate MB | result | counted peak MB | max RSS MB |",
               "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
     for r in lim:
-        lines.append(f"| {r['mode'].replace('overlap', 'disk').replace('small', 'disk')} | {r['buffer_mb'] or '-'} | "
+        lines.append(f"| {states.get(r['mode'], r['mode'])} | {r['buffer_mb'] or '-'} | "
                      f"{r['role']} | {r['width']} | {int(r['parameters']):,} | {r['estimate_mb'] or '>' + limit} | "
                      f"{r['result']} | {r['counted_peak_mb'] or '-'} | {r['max_rss_mb'] or '-'} |")
     largest = {r["mode"]: int(r["parameters"]) for r in lim if r["result"] == "trained"}
+    what = {"overlap": "on disk (buffer 64 MB)", "small": f"on disk (buffer {small} MB)",
+            "values": "with state and values on disk (buffer 64 MB, ZeRO 3)"}
     if "memory" in largest:
-        lines += [""] + [f"Parameters trained on disk ({'buffer 64 MB' if k == 'overlap' else f'buffer {small} MB'}) "
-                         f"/ in memory: {largest[k]:,} / {largest['memory']:,} = {largest[k] / largest['memory']:.2f}x"
-                         for k in ("overlap", "small") if k in largest]
+        lines += [""] + [f"Parameters trained {what[k]} / in memory: {largest[k]:,} / {largest['memory']:,} = "
+                         f"{largest[k] / largest['memory']:.2f}x" for k in what if k in largest]
+    cell = lambda k: f"{largest[k] / 1e6:.1f}M" if k in largest else "-"
+    ratio = lambda k: f"{largest[k] / largest['memory']:.2f}x" if k in largest and "memory" in largest else "-"
+    lines += ["", "| blocks | in memory | state on disk, 64 MB buffer | ratio | state on disk, "
+              f"{small} MB buffer | ratio | state + values on disk | ratio |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+              f"| {s_layers} | {cell('memory')} | {cell('overlap')} | {ratio('overlap')} | {cell('small')} | "
+              f"{ratio('small')} | {cell('values')} | {ratio('values')} |"]
 open(md, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
