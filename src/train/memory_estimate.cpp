@@ -101,8 +101,14 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     const bool values_on_disk = zero >= 3 && cfg.optimizer.offload_values;
     // (alone in its group a rank reads the bucket straight into its gathered buffer)
     const double chunk = layout.shards > 1 ? std::ceil(bucket / static_cast<double>(layout.shards)) : 0.0;
-    s.parameters = 4.0 * (values_on_disk ? bucket + chunk + static_cast<double>(Sharding::kValueBuffer)
-                          : zero >= 3    ? std::min(full, shard + bucket)
+    // A transformer whose head is its token embedding holds the embedding's bucket (the first)
+    // gathered again beside the last block's while the head computes.
+    const bool tied_head = is_transformer(cfg.model.kind) && cfg.parallel.pipeline == 1 &&
+                           (cfg.model.kind == ModelKind::gpt || cfg.model.tie_embeddings) &&
+                           store.buckets().size() > 1;
+    const double held = bucket + (zero >= 3 && tied_head ? static_cast<double>(store.buckets().front().length) : 0.0);
+    s.parameters = 4.0 * (values_on_disk ? held + chunk + static_cast<double>(Sharding::kValueBuffer)
+                          : zero >= 3    ? std::min(full, shard + held)
                                          : full);
     // (alone in its group with one exchange per step, zero >= 2 accumulates in the shard itself)
     const bool in_shard = layout.shards == 1 && cfg.parallel.micro_batches == 1;
