@@ -286,20 +286,28 @@ void Optimizer::copy_state(std::size_t i, std::size_t at, std::size_t n, float* 
   }
 }
 
-void Optimizer::set_state(std::size_t i, const float* in) {
+void Optimizer::set_state(std::size_t i, std::size_t at, std::size_t n, const float* in) {
+  if (at + n > n_) throw std::logic_error("tessera::Optimizer::set_state: beyond the state");
   if (!host_states_.empty()) {
-    std::copy_n(in, n_, host_states_[i].data());
+    std::copy_n(in, n, host_states_[i].data() + at);
     return;
   }
   if (!file_) {
-    Kokkos::deep_copy(states_[i], Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(in, n_));
+    Kokkos::deep_copy(Kokkos::subview(states_[i], std::pair<std::size_t, std::size_t>(at, at + n)),
+                      Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(in, n));
     return;
   }
-  for (std::size_t at = 0; at < n_; at += tile_) {
-    const std::size_t count = std::min(tile_, n_ - at);
-    std::fill_n(tiles_[i * depth_].get(), tile_, 0.0f);
-    std::copy_n(in + at, count, tiles_[i * depth_].get());
-    file_->write(i, at, std::min(tile_, file_->padded() - at), tiles_[i * depth_].get());
+  // Whole blocks of the file through the state's first tile; a window that starts or ends inside
+  // a block keeps the block's other elements (the padding past n_ reads as zeros).
+  const std::size_t block = StateFile::kBlock;
+  float* const tile = tiles_[i * depth_].get();
+  for (std::size_t e = at; e < at + n;) {
+    const std::size_t first = e / block * block, stop = std::min(at + n, first + tile_);
+    const std::size_t last = std::min((stop + block - 1) / block * block, file_->padded());
+    if (e != first || stop != last) file_->read(i, first, last - first, tile);
+    std::copy_n(in + (e - at), stop - e, tile + (e - first));
+    file_->write(i, first, last - first, tile);
+    e = stop;
   }
 }
 

@@ -95,7 +95,9 @@ class Optimizer {
   /// \brief Copies `n` elements of state buffer i from element `at` into `out` (on the host).
   void copy_state(std::size_t i, std::size_t at, std::size_t n, float* out) const;
   /// \brief Sets state buffer i from `in` (size() floats on the host).
-  void set_state(std::size_t i, const float* in);
+  void set_state(std::size_t i, const float* in) { set_state(i, 0, n_, in); }
+  /// \brief Sets `n` elements of state buffer i from element `at` from `in` (on the host).
+  void set_state(std::size_t i, std::size_t at, std::size_t n, const float* in);
 
   /// The offload file, or nullptr where the state lives in memory.
   StateFile* offload_file() const { return file_.get(); }

@@ -449,8 +449,19 @@ namespace {
 // Reads this rank's part of the checkpoint tensor `ds` of parameter `logical` into `out`: its
 // block at the store's offset, or its shard's piece at the piece's shard offset; nothing where the
 // parameter belongs to another pipeline stage. Collective over the file's communicator.
+// Where this rank's part of parameter `logical` goes in its buffer (the shard `pieces` name, or
+// the full buffer): its first element and its count; none where this rank holds none of it.
+std::pair<std::size_t, std::size_t> tensor_place(const nn::ParamStore<float>& store, const nn::ParamInfo& logical,
+                                                 const std::vector<Sharding::Piece>* pieces) {
+  const std::size_t i = store.index_of(logical.name).value_or(store.infos().size());
+  if (i == store.infos().size()) return {0, 0};
+  if (pieces != nullptr) return {(*pieces)[i].shard_offset, (*pieces)[i].end - (*pieces)[i].begin};
+  return {store.infos()[i].offset, store.infos()[i].size};
+}
+
+// Reads this rank's part of `logical` into `dest` (tensor_place's count of floats).
 void read_tensor(const io::CheckpointFile& file, const std::string& ds, const nn::ParamStore<float>& store,
-                 const nn::ParamInfo& logical, const std::vector<Sharding::Piece>* pieces, float* out) {
+                 const nn::ParamInfo& logical, const std::vector<Sharding::Piece>* pieces, float* dest) {
   const std::size_t i = store.index_of(logical.name).value_or(store.infos().size());
   if (i == store.infos().size()) {
     const std::vector<std::uint64_t> none(logical.logical_shape.size(), 0);
@@ -459,10 +470,25 @@ void read_tensor(const io::CheckpointFile& file, const std::string& ds, const nn
   }
   const auto& p = store.infos()[i];
   if (pieces != nullptr)
-    file.read_elements(ds, to_u64(p.block_offset), to_u64(p.shape), (*pieces)[i].begin,
-                       (*pieces)[i].end, out + (*pieces)[i].shard_offset);
+    file.read_elements(ds, to_u64(p.block_offset), to_u64(p.shape), (*pieces)[i].begin, (*pieces)[i].end, dest);
   else
-    file.read(ds, to_u64(p.block_offset), to_u64(p.shape), out + p.offset);
+    file.read(ds, to_u64(p.block_offset), to_u64(p.shape), dest);
+}
+
+// Reads every tensor's part of this rank under `group` ("model", "optimizer/.../exp_avg" as
+// name_of gives it) into `to`: each part read into a buffer of its own and handed over, so that a
+// destination on disk is never staged whole.
+void read_tensors(const io::CheckpointFile& file, const std::vector<nn::ParamInfo>& all,
+                  const std::function<std::string(const nn::ParamInfo&)>& name_of, const nn::ParamStore<float>& store,
+                  const std::vector<Sharding::Piece>* pieces,
+                  const std::function<void(std::size_t at, std::size_t n, const float* in)>& to) {
+  std::vector<float> part;
+  for (const auto& logical : all) {
+    const auto [at, n] = tensor_place(store, logical, pieces);
+    part.resize(std::max<std::size_t>(n, 1));
+    read_tensor(file, name_of(logical), store, logical, pieces, part.data());
+    if (n > 0) to(at, n, part.data());
+  }
 }
 
 // The checkpoint must hold exactly the tensors `expected` (dataset path, logical shape) under
@@ -529,10 +555,21 @@ void Checkpointer::load_model(const std::string& path, Model& model, Sharding* s
   // Every rank goes through every tensor of the model, reading nothing of those another pipeline
   // stage holds; then the parts of each tensor add up to its checksum.
   const bool sharded = sharding != nullptr && sharding->values_sharded();
-  std::vector<float> h_values(sharding != nullptr ? sharding->values_size() : store.size());
   const auto pieces = sharded ? sharding->pieces() : std::vector<Sharding::Piece>{};
-  for (const auto& logical : all)
-    read_tensor(file, "model/" + logical.name, store, logical, sharded ? &pieces : nullptr, h_values.data());
+  const auto model_name = [](const nn::ParamInfo& p) { return "model/" + p.name; };
+  if (sharding != nullptr && sharding->value_file() != nullptr) {
+    // The values on disk: each part written to the file as it is read, verified from there.
+    read_tensors(file, all, model_name, store, &pieces,
+                 [&](std::size_t at, std::size_t n, const float* in) { sharding->set_values(at, n, in); });
+    Source from_file;
+    from_file.read = [sharding](std::size_t at, std::size_t n, float* out) { sharding->copy_values(at, n, out); };
+    verify(file, slabs(model, sharding, from_file, {}, {}));
+    store.values_changed();
+    return;
+  }
+  std::vector<float> h_values(sharding != nullptr ? sharding->values_size() : store.size());
+  read_tensors(file, all, model_name, store, sharded ? &pieces : nullptr,
+               [&](std::size_t at, std::size_t n, const float* in) { std::copy_n(in, n, h_values.data() + at); });
   verify(file, slabs(model, sharded ? sharding : nullptr, h_values.data(), {}, {}));
   if (sharding != nullptr)
     sharding->set_values(0, h_values.size(), h_values.data());
@@ -565,17 +602,29 @@ TrainState Checkpointer::load(const std::string& path, Model& model, Sharding& s
   const auto& store = model.params();
   const bool sharded = sharding.state_sharded();
   const auto pieces = sharded ? sharding.pieces() : std::vector<Sharding::Piece>{};
+  // The state on disk: each part written to the file as it is read, verified from there; in
+  // memory, host copies first.
+  const bool on_disk = opt.offload_file() != nullptr;
   std::vector<std::vector<float>> h_states(opt.state_names().size());
   std::vector<Source> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
+    const auto name_of = [&](const nn::ParamInfo& p) { return "optimizer/" + p.name + "/" + opt.state_names()[i]; };
+    if (on_disk) {
+      read_tensors(file, all, name_of, store, sharded ? &pieces : nullptr,
+                   [&](std::size_t at, std::size_t n, const float* in) { opt.set_state(i, at, n, in); });
+      Source from_file;
+      from_file.read = [&opt, i](std::size_t at, std::size_t n, float* out) { opt.copy_state(i, at, n, out); };
+      states.push_back(std::move(from_file));
+      continue;
+    }
     h_states[i].resize(opt.size());
+    read_tensors(file, all, name_of, store, sharded ? &pieces : nullptr,
+                 [&](std::size_t at, std::size_t n, const float* in) { std::copy_n(in, n, h_states[i].data() + at); });
     states.push_back(h_states[i].data());
-    for (const auto& logical : all)
-      read_tensor(file, "optimizer/" + logical.name + "/" + opt.state_names()[i], store, logical,
-                  sharded ? &pieces : nullptr, h_states[i].data());
   }
   verify(file, slabs(model, &sharding, nullptr, states, opt.state_names()));  // the model's were verified by load_model
-  for (std::size_t i = 0; i < h_states.size(); ++i) opt.set_state(i, h_states[i].data());
+  if (!on_disk)
+    for (std::size_t i = 0; i < h_states.size(); ++i) opt.set_state(i, h_states[i].data());
   opt.set_steps(opt_step);
   resumed_from_ = s.step;
   return s;
