@@ -274,16 +274,7 @@ void Optimizer::copy_state(std::size_t i, std::size_t at, std::size_t n, float* 
                       Kokkos::subview(states_[i], std::pair<std::size_t, std::size_t>(at, at + n)));
     return;
   }
-  // Whole blocks of the file through the state's first tile, a tile at a time.
-  const std::size_t block = StateFile::kBlock;
-  float* const tile = tiles_[i * depth_].get();
-  for (std::size_t e = at; e < at + n;) {
-    const std::size_t first = e / block * block, stop = std::min(at + n, first + tile_);
-    const std::size_t last = std::min((stop + block - 1) / block * block, file_->padded());
-    file_->read(i, first, last - first, tile);
-    std::copy_n(tile + (e - first), stop - e, out + (e - at));
-    e = stop;
-  }
+  file_->read_range(i, at, n, out, tiles_[i * depth_].get(), tile_);  // through the state's first tile
 }
 
 void Optimizer::set_state(std::size_t i, std::size_t at, std::size_t n, const float* in) {
@@ -297,18 +288,7 @@ void Optimizer::set_state(std::size_t i, std::size_t at, std::size_t n, const fl
                       Kokkos::View<const float*, HostSpace, Kokkos::MemoryUnmanaged>(in, n));
     return;
   }
-  // Whole blocks of the file through the state's first tile; a window that starts or ends inside
-  // a block keeps the block's other elements (the padding past n_ reads as zeros).
-  const std::size_t block = StateFile::kBlock;
-  float* const tile = tiles_[i * depth_].get();
-  for (std::size_t e = at; e < at + n;) {
-    const std::size_t first = e / block * block, stop = std::min(at + n, first + tile_);
-    const std::size_t last = std::min((stop + block - 1) / block * block, file_->padded());
-    if (e != first || stop != last) file_->read(i, first, last - first, tile);
-    std::copy_n(in + (e - at), stop - e, tile + (e - first));
-    file_->write(i, first, last - first, tile);
-    e = stop;
-  }
+  file_->write_range(i, at, n, in, tiles_[i * depth_].get(), tile_);  // through the state's first tile
 }
 
 }  // namespace tessera

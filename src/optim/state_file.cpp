@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -97,6 +98,29 @@ void StateFile::write(std::size_t s, std::size_t begin, std::size_t count, const
     left -= static_cast<std::size_t>(put);
   }
   written_bytes_ += static_cast<double>(count * sizeof(float));
+}
+
+void StateFile::read_range(std::size_t s, std::size_t at, std::size_t n, float* out, float* buffer,
+                           std::size_t capacity) const {
+  for (std::size_t e = at; e < at + n;) {
+    const std::size_t first = e / kBlock * kBlock, stop = std::min(at + n, first + capacity);
+    const std::size_t last = std::min((stop + kBlock - 1) / kBlock * kBlock, padded_);
+    read(s, first, last - first, buffer);
+    std::copy_n(buffer + (e - first), stop - e, out + (e - at));
+    e = stop;
+  }
+}
+
+void StateFile::write_range(std::size_t s, std::size_t at, std::size_t n, const float* in, float* buffer,
+                            std::size_t capacity) {
+  for (std::size_t e = at; e < at + n;) {
+    const std::size_t first = e / kBlock * kBlock, stop = std::min(at + n, first + capacity);
+    const std::size_t last = std::min((stop + kBlock - 1) / kBlock * kBlock, padded_);
+    if (e != first || stop != last) read(s, first, last - first, buffer);
+    std::copy_n(in + (e - at), stop - e, buffer + (e - first));
+    write(s, first, last - first, buffer);
+    e = stop;
+  }
 }
 
 std::string StateFile::describe() const {

@@ -44,6 +44,12 @@ class StateFile {
   /// \brief Writes them back. InputError naming the path and the rank on an I/O error (a full disk,
   /// EIO).
   void write(std::size_t s, std::size_t begin, std::size_t count, const float* in);
+  /// \brief Reads `n` elements of state `s` from element `at` (any range) into `out`, whole blocks
+  /// at a time through `buffer` (`capacity` floats: whole blocks, aligned as read() needs).
+  void read_range(std::size_t s, std::size_t at, std::size_t n, float* out, float* buffer, std::size_t capacity) const;
+  /// \brief Writes them from `in` the same way; a window that starts or ends inside a block keeps
+  /// the block's other elements.
+  void write_range(std::size_t s, std::size_t at, std::size_t n, const float* in, float* buffer, std::size_t capacity);
 
   bool direct() const { return direct_; }
   /// "<path> (O_DIRECT)" or "<path> (buffered I/O: <why>)", for the run log; the path is the one

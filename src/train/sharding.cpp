@@ -164,28 +164,11 @@ std::string Sharding::describe_values() const {
 }
 
 void Sharding::read_values(std::size_t begin, std::size_t count, float* out) const {
-  // Whole blocks of the file into the buffer, a window of at most kBounce floats at a time.
-  const std::size_t block = StateFile::kBlock;
-  for (std::size_t at = begin; at < begin + count;) {
-    const std::size_t first = at / block * block, stop = std::min(begin + count, first + kBounce);
-    const std::size_t last = std::min((stop + block - 1) / block * block, value_file_->padded());
-    value_file_->read(0, first, last - first, bounce_.get());
-    std::copy_n(bounce_.get() + (at - first), stop - at, out + (at - begin));
-    at = stop;
-  }
+  value_file_->read_range(0, begin, count, out, bounce_.get(), kBounce);
 }
 
 void Sharding::write_values(std::size_t begin, std::size_t count, const float* in) {
-  // As read_values; a window that starts or ends inside a block keeps the block's other elements.
-  const std::size_t block = StateFile::kBlock;
-  for (std::size_t at = begin; at < begin + count;) {
-    const std::size_t first = at / block * block, stop = std::min(begin + count, first + kBounce);
-    const std::size_t last = std::min((stop + block - 1) / block * block, value_file_->padded());
-    if (at != first || stop != last) value_file_->read(0, first, last - first, bounce_.get());
-    std::copy_n(in + (at - begin), stop - at, bounce_.get() + (at - first));
-    value_file_->write(0, first, last - first, bounce_.get());
-    at = stop;
-  }
+  value_file_->write_range(0, begin, count, in, bounce_.get(), kBounce);
 }
 
 void Sharding::begin_step(const ExecSpace& exec) {
