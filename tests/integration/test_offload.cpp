@@ -267,7 +267,8 @@ TEST(Offload, AMemoryRefusalNamesTheOffloadThatWouldFit) {
                                                gpt, on_disk, dir));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   double peak = 0;
-  for (const auto& [k, v] : nlohmann::json::parse(read_file(dir + "/summary.json"))["memory"].items()) peak += v.get<double>();
+  const nlohmann::json summary = nlohmann::json::parse(read_file(dir + "/summary.json"));
+  for (const auto& [k, v] : summary["memory"].items()) peak += v.get<double>();
   EXPECT_LE(peak, 230e6);
 }
 
