@@ -238,7 +238,8 @@ void run_test_hooks(MPI_Comm comm, const CheckpointContent& content) {
 }
 
 // The checksum of every tensor: each rank sums its own slab (a slab with a fill reads its
-// elements; a failure there is agreed before the sums meet), the sums are added over comm.
+// elements; a failure there is agreed before the sums meet), the sums are added over comm. For the
+// asynchronous save's layout, made before its data is written.
 std::vector<std::uint64_t> tensor_checksums(MPI_Comm comm, const CheckpointContent& content) {
   std::vector<std::uint64_t> sums;
   agree(comm, [&] {
@@ -279,7 +280,6 @@ void read_test_hook(MPI_Comm comm) {
 }
 
 void write_content(MPI_Comm comm, const std::string& path, const CheckpointContent& content) {
-  const std::vector<std::uint64_t> sums = tensor_checksums(comm, content);
   const h5::InputScope scope(path, "", h5::InputScope::Access::write);
   h5::File file;
   agree(comm, [&] { file = create_with_attributes(comm, path, content); });
@@ -287,10 +287,17 @@ void write_content(MPI_Comm comm, const std::string& path, const CheckpointConte
   const std::size_t half = std::max<std::size_t>(1, content.tensors.size() / 2);
   std::vector<float> buffer;  // a slab with a fill: its elements, one tensor at a time
   for (std::size_t i = 0; i < content.tensors.size(); ++i) {
+    // Each tensor's elements once: the local reads (a slab with a fill) and this rank's part of
+    // its checksum, agreed; the checksum summed over comm; then the write.
     TensorSlab t;
-    agree(comm, [&] { t = materialized(content.tensors[i], buffer); });  // local reads, agreed
+    std::uint64_t sum = 0;
     agree(comm, [&] {
-      write_tensor(file, t, sums[i], xfer);
+      t = materialized(content.tensors[i], buffer);
+      sum = check_of(t).sum;
+    });
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, comm));
+    agree(comm, [&] {
+      write_tensor(file, t, sum, xfer);
       if (i + 1 == half) run_test_hooks(comm, content);
     });
   }

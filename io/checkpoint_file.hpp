@@ -30,7 +30,7 @@ struct TensorSlab {
   bool by_elements = false;
   std::uint64_t first = 0, last = 0;
   /// Instead of data (nullptr): writes the slab's elements() into its argument, where they are
-  /// needed (the checksum, the write; so possibly twice), one slab at a time: a state kept on disk
+  /// needed (a save reads it once for the checksum and the write), one slab at a time: a state kept on disk
   /// is never in memory whole.
   std::function<void(float* out)> fill{};
   /// The slab's elements: last - first, or product(count).

@@ -300,18 +300,18 @@ TEST(Offload, AnOffloadFileFailingMidRunStopsEveryRankAndTheCheckpointResumes) {
   ASSERT_EQ(v_resumed.exit_code, 0) << v_resumed.output;
   expect_same_bits(ckpt(plain_whole, 30), ckpt(vdir, 30));
   // A read of the values failing on rank 1. Each step reads them three times (the gathers of
-  // forward and backward, the update), a checkpoint twice per tensor it writes from them (its
-  // checksum, its write: they stream from the file a tensor at a time). The 53rd read is the
-  // step-10 checkpoint's last: every rank stops with the line (no MPI_ABORT), no checkpoint named.
+  // forward and backward, the update), a checkpoint once per tensor it writes from them (they
+  // stream from the file a tensor at a time). The 47th read is the step-10 checkpoint's last:
+  // every rank stops with the line (no MPI_ABORT), no checkpoint named.
   const std::string cdir = fresh_dir("fail_values_read_in_checkpoint");
-  const RunResult cd = shell("TESSERA_TEST_FAIL_OFFLOAD_READ=53 " + tessera_command(2, train_args(cdir, on_disk)));
+  const RunResult cd = shell("TESSERA_TEST_FAIL_OFFLOAD_READ=47 " + tessera_command(2, train_args(cdir, on_disk)));
   expect_input_error(cd, "tessera-optimizer-values");
   EXPECT_EQ(cd.output.find("MPI_ABORT was invoked"), std::string::npos) << cd.output;
   EXPECT_FALSE(fs::exists(cdir + "/checkpoints/latest"));
-  // The 54th is step 11's first gather: both ranks of the ZeRO group stop there with the line,
+  // The 48th is step 11's first gather: both ranks of the ZeRO group stop there with the line,
   // agreed before the allgather.
   const std::string rdir = fresh_dir("fail_values_read");
-  const RunResult rd = shell("TESSERA_TEST_FAIL_OFFLOAD_READ=54 " + tessera_command(2, train_args(rdir, on_disk)));
+  const RunResult rd = shell("TESSERA_TEST_FAIL_OFFLOAD_READ=48 " + tessera_command(2, train_args(rdir, on_disk)));
   expect_input_error(rd, "tessera-optimizer-values");
   EXPECT_NE(rd.output.find("on rank 1 failed: Input/output error (TESSERA_TEST_FAIL_OFFLOAD_READ)"), std::string::npos)
       << rd.output;
