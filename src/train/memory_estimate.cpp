@@ -110,9 +110,8 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     s.parameters = 4.0 * (values_on_disk ? held + chunk + static_cast<double>(Sharding::kValueBuffer)
                           : zero >= 3    ? std::min(full, shard + held)
                                          : full);
-    // (alone in its group with one exchange per step, zero >= 2 accumulates in the shard itself)
-    const bool in_shard = layout.shards == 1 && cfg.parallel.micro_batches == 1;
-    s.gradients = 4.0 * (zero >= 2 ? (in_shard ? shard : std::min(full + shard, shard + 2 * bucket))
+    s.gradients = 4.0 * (zero >= 2 ? (Sharding::grads_in_shard(cfg, layout.shards) ? shard
+                                                                                  : std::min(full + shard, shard + 2 * bucket))
                          : zero == 1 ? full + shard
                                      : full);
     s.optimizer = 4.0 * states * (zero >= 1 ? shard : full);
@@ -142,8 +141,7 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     e.offload_host = s.offload_host;
     shard_elements = shard;
   }
-  const bool accumulate = zero >= 1 && cfg.parallel.micro_batches > 1 && (zero >= 2 || !cfg.comm.no_sync);
-  e.comm = accumulate ? 4.0 * shard_elements : 0.0;
+  e.comm = Sharding::accumulates_into_shard(cfg) ? 4.0 * shard_elements : 0.0;
 
   e.micro_batch = batch.micro > 0 ? batch.micro : micro_batch_rows(cfg);
   e.eval_batch = batch.micro > 0 ? batch.eval : cfg.eval.batch;

@@ -49,6 +49,14 @@ Group sharding_group(const Config& cfg, const Communicator& comm) {
 }
 }  // namespace
 
+bool Sharding::accumulates_into_shard(const Config& cfg) {
+  return cfg.parallel.zero >= 1 && cfg.parallel.micro_batches > 1 && (cfg.parallel.zero >= 2 || !cfg.comm.no_sync);
+}
+
+bool Sharding::grads_in_shard(const Config& cfg, int shards) {
+  return cfg.parallel.zero >= 2 && shards == 1 && !accumulates_into_shard(cfg);
+}
+
 Sharding::Sharding(const Config& cfg, const Communicator& comm)
     : comm_(comm),
       group_(sharding_group(cfg, comm)),
@@ -61,11 +69,8 @@ Sharding::Sharding(const Config& cfg, const Communicator& comm)
       values_sharded_(!layout_.storage.full_values),
       grads_sharded_(!layout_.storage.full_grads),
       state_sharded_(zero_ >= 1),
-      // With several micro-batches a shard receives a sum per micro-batch (every one at zero >= 2,
-      // where there is no full buffer to accumulate in; every one without no_sync) and adds it up.
-      accumulate_into_shard_(state_sharded_ && cfg.parallel.micro_batches > 1 &&
-                             (grads_sharded_ || !cfg.comm.no_sync)),
-      grads_in_shard_(grads_sharded_ && shards_ == 1 && !accumulate_into_shard_),
+      accumulate_into_shard_(accumulates_into_shard(cfg)),
+      grads_in_shard_(grads_in_shard(cfg, shards_)),
       value_dir_(cfg.optimizer.offload_values && values_sharded_ ? offload_dir(cfg.optimizer.offload_path) : ""),
       world_rank_(comm.rank()) {}
 

@@ -93,6 +93,13 @@ class Sharding {
   const ParamLayout& layout() const { return layout_; }
   /// The same from the deck alone, for `shards` ranks sharing the state (memory estimates).
   static ParamLayout layout(const Config& cfg, int shards);
+  /// With several micro-batches a rank's gradient shard receives a sum per micro-batch and adds
+  /// it up (every one at zero >= 2, where there is no full buffer to accumulate in; every one
+  /// without comm.no_sync at zero 1).
+  static bool accumulates_into_shard(const Config& cfg);
+  /// Zero >= 2 alone in its group (`shards` 1) with one exchange per step: a bucket's gradients
+  /// accumulate straight into the gradient shard, and the exchange has nothing to sum.
+  static bool grads_in_shard(const Config& cfg, int shards);
 
   /// \brief Takes the store planned and allocated from layout() and allocates the shard buffers
   /// (optimizer.offload_values: makes the value file; InputError on this rank where it cannot).
