@@ -18,7 +18,10 @@ targets=("$@")
 build=${TESSERA_FUZZ_BUILD:-build-fuzz}
 
 source tools/ccache.sh
+# Line tables only (-g1): a report's frames keep their function, file and line, and the build
+# compiles in about half the time of -g.
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
   -DTESSERA_ENABLE_TESTS=OFF -DTESSERA_ENABLE_CUDA=OFF "${ccache_launcher[@]}" >/dev/null
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 
