@@ -129,7 +129,7 @@ rows = [r for r in csv.DictReader(open(f"{d}/metrics.csv")) if r["kind"] == "tra
 tps = statistics.median(float(r["tokens_per_s"]) for r in rows) if rows else float("nan")
 s = json.load(open(f"{d}/summary.json"))
 spatial = (s["comm"]["bytes_per_step_by_group"] or {}).get("spatial", 0.0) / ranks  # null: no group counted
-print(f"trained,{tps:.1f},{s['memory']['act_peak_bytes'] / 1e6:.1f},{sum(s['memory'].values()) / 1e6:.1f},"
+print(f"trained,{tps:.1f},{s['memory']['act_peak_bytes'] / 1e6:.1f},{sum(v for k, v in s['memory'].items() if k not in ('peak_total_bytes', 'resident_peak_bytes')) / 1e6:.1f},"
       f"{spatial:.0f}")
 PY
   [[ $rc -eq 0 ]]

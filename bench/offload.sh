@@ -236,7 +236,7 @@ except (OSError, ValueError, IndexError):
 peak = loss = ""
 if rc == "0":
     s = json.load(open(f"{d}/summary.json"))
-    peak = f"{sum(s['memory'].values()) / 1e6:.1f}"
+    peak = f"{sum(v for k, v in s['memory'].items() if k not in ('peak_total_bytes', 'resident_peak_bytes')) / 1e6:.1f}"
     loss = f"{s['final_train_loss']:.4f}"
     result = "trained"
 elif "at its peak in the first step" in out:

@@ -1,5 +1,6 @@
 #include "core/memory.hpp"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <Kokkos_Core.hpp>
@@ -79,6 +80,12 @@ std::size_t peak(Category c) {
 }
 
 std::size_t peak_total() { return static_cast<std::size_t>(std::max<std::int64_t>(0, g_total_peak.load())); }
+
+std::size_t resident_peak() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0 || u.ru_maxrss < 0) return 0;
+  return static_cast<std::size_t>(u.ru_maxrss) * 1024;  // Linux counts kibibytes
+}
 
 NodeMemory node_memory() {
   NodeMemory m;

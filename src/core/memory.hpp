@@ -41,6 +41,10 @@ std::size_t current(Category c);
 std::size_t peak(Category c);
 /// The most bytes of all categories held at once since the program started.
 std::size_t peak_total();
+/// \brief The process's resident set at its largest so far (getrusage): the counted bytes plus
+/// what nothing counts (the program's and the libraries' code, the MPI runtime, the heap's free
+/// space; about 50 MB for a 1-rank run here). 0 where the system does not say.
+std::size_t resident_peak();
 
 /// The memory this process's node gives it: the physical memory, or the cgroup's limit where one
 /// is set and lower (a Slurm job with --mem), with where the number came from.

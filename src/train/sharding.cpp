@@ -87,12 +87,24 @@ void Sharding::bind(nn::ParamStore<float>& store) {
   store_ = &store;
   buckets_.assign(store.buckets().size(), {});
   const std::size_t shard = store.shard_size();
+  std::size_t largest = 0, largest_chunk = 0;
+  for (const auto& b : store.buckets()) {
+    largest = std::max(largest, b.length);
+    largest_chunk = std::max(largest_chunk, b.chunk);
+  }
+  if (grads_sharded_ && !grads_in_shard_)
+    grad_buffers_ = BufferPool(mem::Category::grad, "tessera::Sharding::bucket_grads", largest);
+  if (values_sharded_) gather_buffers_ = BufferPool(mem::Category::param, "tessera::Sharding::gathered", largest);
   if (!value_dir_.empty()) {
     value_file_ = std::make_unique<StateFile>(value_dir_, world_rank_, 1, shard, "values");
     void* p = std::aligned_alloc(StateFile::kBlock * sizeof(float), kBounce * sizeof(float));
     if (p == nullptr) throw std::bad_alloc();
     bounce_.reset(static_cast<float*>(p));
     mem::count_external(mem::Category::param, static_cast<std::int64_t>(kBounce * sizeof(float)));
+    if (shards_ > 1)
+      value_chunk_ = Vector<float>(Kokkos::view_alloc(mem::label(mem::Category::param, "tessera::Sharding::value_chunk"),
+                                                      Kokkos::WithoutInitializing),
+                                   largest_chunk);
   } else if (values_sharded_) {
     value_shard_ = Vector<float>(mem::label(mem::Category::param, "tessera::Sharding::value_shard"), shard);
   }
@@ -201,16 +213,17 @@ void Sharding::attach_grad_buffer(std::size_t b) {
     return;
   }
   auto& s = buckets_[b];
-  s.grads = Vector<float>(mem::label(mem::Category::grad, "tessera::Sharding::bucket_grads"),
-                          store_->buckets()[b].length);
-  store_->attach_grads(b, s.grads.data());
+  const std::size_t n = store_->buckets()[b].length;
+  s.grads = grad_buffers_.take(n);
+  Kokkos::deep_copy(VectorU<float>(s.grads, n), 0.0f);  // a gradient accumulates from zero
+  store_->attach_grads(b, s.grads);
 }
 
 Sharding::Exchange Sharding::exchange(std::size_t b) {
   const nn::Bucket& bucket = store_->buckets()[b];
   Exchange e;
   e.send = grads_in_shard_  ? grad_shard_.data() + bucket.shard_offset
-           : grads_sharded_ ? buckets_[b].grads.data()
+           : grads_sharded_ ? buckets_[b].grads
                             : store_->grads().data() + bucket.offset;
   e.length = bucket.length;
   e.chunk = bucket.chunk;
@@ -227,7 +240,8 @@ void Sharding::exchanged(const ExecSpace& exec, std::size_t b) {
                VectorU<float>(recv_.data() + bucket.shard_offset, bucket.chunk));
   if (grads_sharded_) {
     store_->attach_grads(b, nullptr);
-    buckets_[b].grads = Vector<float>();
+    if (buckets_[b].grads != nullptr) grad_buffers_.give(buckets_[b].grads);
+    buckets_[b].grads = nullptr;
   }
 }
 
@@ -290,39 +304,36 @@ void Sharding::gather(const ExecSpace& exec, std::size_t b) {
   if (!values_sharded_ || store_->values_attached(b)) return;
   const nn::Bucket& bucket = store_->buckets()[b];
   auto& s = buckets_[b];
-  s.gathered = Vector<float>(Kokkos::view_alloc(mem::label(mem::Category::param, "tessera::Sharding::gathered"),
-                                                Kokkos::WithoutInitializing),
-                             bucket.length);
+  s.gathered = gather_buffers_.take(bucket.length);
   exec.fence();
   if (value_file_ && shards_ == 1 && Kokkos::SpaceAccessibility<HostSpace, Vector<float>::memory_space>::accessible) {
     // Alone in the group: the bucket straight from the file.
     const double before = value_file_->bytes_read();
-    read_values(bucket.shard_offset, bucket.chunk, s.gathered.data());
+    read_values(bucket.shard_offset, bucket.chunk, s.gathered);
     gather_read_ += value_file_->bytes_read() - before;
   } else if (value_file_) {
     // A read failing on one rank (EIO) stops every rank of the group here, with its line, rather
     // than leaving them in the allgather.
     // This rank's chunk from the file, then gathered as from memory.
-    const Vector<float> chunk(Kokkos::view_alloc(mem::label(mem::Category::param, "tessera::Sharding::value_chunk"),
-                                                 Kokkos::WithoutInitializing),
-                              bucket.chunk);
+    const VectorU<float> chunk(value_chunk_.data(), bucket.chunk);
     const auto h = Kokkos::create_mirror_view(chunk);
     const double before = value_file_->bytes_read();
     agree(comm_.handle(group()), [&] { read_values(bucket.shard_offset, bucket.chunk, h.data()); });
     gather_read_ += value_file_->bytes_read() - before;
     Kokkos::deep_copy(chunk, h);
-    comm_.allgather(chunk.data(), s.gathered.data(), bucket.chunk, group());
+    comm_.allgather(chunk.data(), s.gathered, bucket.chunk, group());
   } else {
-    comm_.allgather(value_shard_.data() + bucket.shard_offset, s.gathered.data(), bucket.chunk, group());
+    comm_.allgather(value_shard_.data() + bucket.shard_offset, s.gathered, bucket.chunk, group());
   }
-  store_->attach_values(b, s.gathered.data());
+  store_->attach_values(b, s.gathered);
 }
 
 void Sharding::release(const ExecSpace& exec, std::size_t b) {
   if (!values_sharded_) return;
   exec.fence();  // kernels reading the values are done
   store_->attach_values(b, nullptr);
-  buckets_[b].gathered = Vector<float>();
+  if (buckets_[b].gathered != nullptr) gather_buffers_.give(buckets_[b].gathered);
+  buckets_[b].gathered = nullptr;
 }
 
 std::vector<Sharding::Piece> Sharding::pieces() const {

@@ -40,6 +40,7 @@
 #include "core/config.hpp"
 #include "kernels/views.hpp"
 #include "nn/param_store.hpp"
+#include "train/buffer_pool.hpp"
 #include "train/model.hpp"
 
 namespace tessera {
@@ -186,8 +187,8 @@ class Sharding {
   void write_values(std::size_t begin, std::size_t count, const float* in);
 
   struct BucketBuffers {
-    Vector<float> grads;     // grads_sharded(): this bucket's gradients while needed
-    Vector<float> gathered;  // values_sharded(): this bucket's values while gathered
+    float* grads = nullptr;     // grads_sharded(): this bucket's gradients while needed
+    float* gathered = nullptr;  // values_sharded(): this bucket's values while gathered
   };
   const Communicator& comm_;
   Group group_ = Group::replica;  // before layout_: the plan's shard count is its size
@@ -203,6 +204,8 @@ class Sharding {
   // accumulate straight into the gradient shard, and the exchange has nothing to sum.
   bool grads_in_shard_ = false;
   std::vector<BucketBuffers> buckets_;
+  BufferPool grad_buffers_;    // grads_sharded() and not grads_in_shard_
+  BufferPool gather_buffers_;  // values_sharded()
   Vector<float> value_shard_;  // values_sharded()
   Vector<float> grad_shard_;   // state_sharded()
   Vector<float> recv_;         // accumulating: each bucket's chunk of this micro-batch
@@ -210,6 +213,7 @@ class Sharding {
   std::string value_dir_;      // the file's directory ("": the values live in memory)
   int world_rank_ = 0;
   std::unique_ptr<StateFile> value_file_;
+  Vector<float> value_chunk_;  // shards_ > 1: a bucket's chunk read from the file, to be gathered
   struct FreeFloats {
     void operator()(float* p) const;
   };

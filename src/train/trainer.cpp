@@ -712,6 +712,8 @@ nlohmann::json Trainer::summary(const std::string& status) const {
   for (std::size_t c = 0; c < static_cast<std::size_t>(mem::Category::count); ++c)
     memory[std::string(mem::name(static_cast<mem::Category>(c))) + "_peak_bytes"] =
         mem::peak(static_cast<mem::Category>(c));
+  memory["peak_total_bytes"] = mem::peak_total();
+  memory["resident_peak_bytes"] = mem::resident_peak();
   j["memory"] = memory;
   return j;
 }
