@@ -6,12 +6,14 @@
 // (big buffers mapped afresh fault in slowly), so buffers of changing sizes made and freed per
 // bucket fragment the heap, and the resident set grows past what the counters hold: at ZeRO 3 by
 // about one gathered block (407 MB at the GPT of width 2736, 2026-11-29), which a job's memory
-// limit does not see. A pool makes its first buffer at the largest size it will be asked for; a
-// buffer needed while every other one is taken is made at the size asked, and a free buffer too
-// small for a later request grows to it (in the first step only: sizes repeat every step). The
-// buffers are counted under the pool's category for as long as the pool lives, which is what the
-// memory estimate (train/memory_estimate.cpp) counts: the largest bucket, and beside it what is
-// held at once.
+// limit does not see. A pool reuses the smallest free buffer that holds a request, makes a new
+// one only while every other is taken, and grows a free one too small (in the first step only:
+// the sizes repeat every step). A buffer for a request over half the largest the pool will be
+// asked for is made at that largest size, so the blocks' buckets share it; a small request (a tied
+// embedding's bucket, held while the blocks' come and go) gets its own size and leaves the large
+// buffer to them. The buffers are counted under the pool's category for as long as the pool lives:
+// what the memory estimate (train/memory_estimate.cpp) counts, the largest bucket and beside it
+// what is held at once.
 #include <cstddef>
 #include <string>
 #include <vector>

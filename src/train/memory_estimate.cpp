@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "blas/gemm.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "optim/optimizer.hpp"
@@ -108,8 +109,13 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
                            store.buckets().size() > 1;
     const double held = bucket + (zero >= 3 && tied_head ? static_cast<double>(store.buckets().front().length) : 0.0);
     s.parameters = 4.0 * (values_on_disk ? held + chunk + static_cast<double>(Sharding::kValueBuffer)
-                          : zero >= 3    ? std::min(full, shard + held)
+                          : zero >= 3    ? shard + held  // the gathered buffers beside the shard, even alone
                                          : full);
+    // Products in bf16 read the weights' bf16 copies (nn::bf16_weights: a float store with full
+    // values and a bf16 GEMM; the U-Net's convolutions read none): 2 bytes for each element of the
+    // store, made at the first product and kept.
+    if (cfg.model.kind != ModelKind::unet && layout.storage.full_values && blas::bf16_operands(cfg.train.precision))
+      s.parameters += mem::view_bytes(full, 2.0);
     s.gradients = 4.0 * (zero >= 2 ? (Sharding::grads_in_shard(cfg, layout.shards) ? shard
                                                                                   : std::min(full + shard, shard + 2 * bucket))
                          : zero == 1 ? full + shard

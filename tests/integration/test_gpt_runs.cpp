@@ -161,10 +161,10 @@ TEST(Llama, EveryLayoutTrainsTheSameModel) {
 // `tessera check`'s estimate (what run.memory_limit_mb refuses a run by before it starts) against
 // one step's measured peaks (summary.json, rank 0: a tensor rank, or pipeline stage 0, which
 // holds the two micro-batches of 1F1B): the activations never below the measured peak, at most
-// 10% above; the parameters per rank (the most loaded rank's part, not the whole model) within
-// 0.006 MB. `args_of(dir, extra)`: the training command of each case.
+// 10% above (where `activations`); the parameters per rank (the most loaded rank's part, not the
+// whole model) within 0.006 MB. `args_of(dir, extra)`: the training command of each case.
 void expect_check_estimates(const std::function<std::string(const std::string&, const std::string&)>& args_of,
-                            const std::vector<std::pair<int, std::string>>& cases) {
+                            const std::vector<std::pair<int, std::string>>& cases, bool activations = true) {
   const std::string one_step = "--set train.steps=1 --set eval.every_steps=0 --set eval.at_end=false "
                                "--set checkpoint.every_steps=0 --set checkpoint.at_end=false ";
   for (const auto& [ranks, extra] : cases) {
@@ -186,8 +186,10 @@ void expect_check_estimates(const std::function<std::string(const std::string&, 
       return at == std::string::npos ? 0.0 : std::stod(s.substr(s.find(':', at) + 1));
     };
     const double measured = peak("act_peak_bytes");
-    EXPECT_GE(estimate, measured - 0.005e6) << "estimated " << estimate << " B, measured " << measured << " B";
-    EXPECT_LE(estimate, 1.1 * measured) << "estimated " << estimate << " B, measured " << measured << " B";
+    if (activations) {
+      EXPECT_GE(estimate, measured - 0.005e6) << "estimated " << estimate << " B, measured " << measured << " B";
+      EXPECT_LE(estimate, 1.1 * measured) << "estimated " << estimate << " B, measured " << measured << " B";
+    }
     ASSERT_TRUE(std::regex_search(check.output, m, std::regex(R"(parameters ([0-9.]+) MB)"))) << check.output;
     EXPECT_NEAR(std::stod(m[1].str()) * 1e6, peak("param_peak_bytes"), 0.006e6);
   }
@@ -210,6 +212,19 @@ TEST(Gpt, CheckEstimatesTheMeasuredActivations) {
                           {1, "--set model.layers=4"},
                           {2, "--set model.layers=2 " + layout(1, 2, 1)},
                           {2, "--set model.layers=4 " + layout(1, 1, 2) + " --set parallel.micro_batches=2"}});
+}
+
+// The parameters where the estimate once missed them: bf16 products read the weights' bf16 copies
+// (2 bytes a parameter beside the fp32 values), and a rank alone at ZeRO 3 holds its gathered
+// buckets beside a shard that is the whole model. (The activations in bf16 are not compared: the
+// estimate leaves out the GEMM's conversion scratch, docs/performance.md.)
+TEST(Gpt, CheckEstimatesTheParametersOfBf16AndZeroThree) {
+  expect_check_estimates([](const std::string& dir, const std::string& extra) { return gpt_args(dir, extra); },
+                         {{1, "--set model.layers=2 --set train.precision=bf16"},
+                          {2, "--set model.layers=2 --set train.precision=bf16 " + layout(1, 2, 1)},
+                          {1, "--set model.layers=2 --set parallel.zero=3"},
+                          {2, "--set model.layers=2 --set parallel.zero=3 --set comm.bucket_mb=0.05"}},
+                         false);
 }
 
 TEST(Gpt, CheckpointOfTensorAndPipelineLayoutResumesOnOneRank) {
