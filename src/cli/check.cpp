@@ -125,20 +125,25 @@ void print_estimate(const Config& cfg, const ModelShape& shape, const MemoryEsti
                                .batches_per_epoch());
   std::cout << fmt::format("memory per rank (estimate, ZeRO stage {}): parameters {}, gradients {}, "
                            "optimizer state {}, activations {} (micro-batch {}, eval batch {}), comm "
-                           "buffers {}, input batch {}, total {}\n",
+                           "buffers {}, input batch {}{}, total {}\n",
                            cfg.parallel.zero, megabytes(e.parameters), megabytes(e.gradients),
                            megabytes(e.optimizer), megabytes(e.activations), e.micro_batch,
-                           e.eval_batch, megabytes(e.comm), megabytes(e.data), megabytes(e.total()));
+                           e.eval_batch, megabytes(e.comm), megabytes(e.data),
+                           e.checkpoint > 0 ? ", checkpoint staging " + megabytes(e.checkpoint) : std::string(),
+                           megabytes(e.total()));
   if (e.offload_disk > 0)
     std::cout << fmt::format("{} on disk per rank (optimizer.offload = \"disk\"{}, under {}): {}\n",
                              cfg.optimizer.offload_values ? "optimizer state and parameter values" : "optimizer state",
                              cfg.optimizer.offload_values ? ", optimizer.offload_values = true" : "",
                              offload_dir(cfg.optimizer.offload_path), megabytes(e.offload_disk));
-  if (e.offload_host > 0)
-    std::cout << fmt::format("host memory per rank beside the device's (optimizer.offload = \"{}\": {}): {}\n",
-                             to_string(cfg.optimizer.offload),
-                             e.offload_disk > 0 ? "the state's disk tiles and the staging" : "the state and the staging",
-                             megabytes(e.offload_host));
+  if (e.offload_host > 0) {
+    std::string what;
+    if (cfg.optimizer.offload != OptimizerOffload::none)
+      what = fmt::format("optimizer.offload = \"{}\": {}", to_string(cfg.optimizer.offload),
+                         e.offload_disk > 0 ? "the state's disk tiles and the staging" : "the state and the staging");
+    if (cfg.checkpoint.async) what += std::string(what.empty() ? "" : "; ") + "checkpoint.async: a save's staged copy";
+    std::cout << fmt::format("host memory per rank beside the device's ({}): {}\n", what, megabytes(e.offload_host));
+  }
   const mem::NodeMemory node = mem::node_memory();
   std::cout << fmt::format("this node: {:.2f} GB ({}); the estimate per rank must fit the node's memory "
                            "shared by its ranks\n", node.bytes / 1e9, node.source);

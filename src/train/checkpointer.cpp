@@ -17,6 +17,7 @@
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/test_hooks.hpp"
 #include "core/version.hpp"
 #include "io/checkpoint_file.hpp"
@@ -357,8 +358,21 @@ std::string Checkpointer::save(const Model& model, const Sharding& sharding, con
 }
 
 struct Checkpointer::PendingSave {
+  /// The staged copies' bytes, counted (parameters, optimizer state) while the save is in flight:
+  /// the memory limit's estimate holds them (MemoryEstimate::checkpoint).
+  struct Counted {
+    mem::Category category;
+    std::int64_t bytes = 0;
+    Counted(mem::Category c, std::size_t n) : category(c), bytes(static_cast<std::int64_t>(n * sizeof(float))) {
+      mem::count_external(category, bytes);
+    }
+    Counted(const Counted&) = delete;
+    Counted& operator=(const Counted&) = delete;
+    ~Counted() { mem::count_external(category, -bytes); }
+  };
   std::vector<float> values;                ///< staged copies: the writer reads these
   std::vector<std::vector<float>> states;
+  std::vector<std::unique_ptr<Counted>> counted;
   FieldNormValues norm;
   std::unique_ptr<io::TensorFileWriter> writer;
   std::string path;
@@ -374,11 +388,13 @@ void Checkpointer::begin_save(const Model& model, const Sharding& sharding, cons
   // Stage: this rank's values and optimizer state copied out of the live buffers (the only
   // pause; training changes them from the next step on).
   p->values.resize(sharding.values_size());
+  p->counted.push_back(std::make_unique<PendingSave::Counted>(mem::Category::param, p->values.size()));
   sharding.copy_values(0, p->values.size(), p->values.data());
   std::vector<Source> states;
   p->states.resize(opt.state_names().size());
   for (std::size_t i = 0; i < p->states.size(); ++i) {
     p->states[i].resize(opt.size());
+    p->counted.push_back(std::make_unique<PendingSave::Counted>(mem::Category::optim, opt.size()));
     opt.copy_state(i, p->states[i].data());
     states.push_back(p->states[i].data());
   }

@@ -136,7 +136,14 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
         s.optimizer = 0;
       }
     }
-    const double total = s.parameters + s.gradients + s.optimizer + s.offload_host;
+    // checkpoint.async: each save stages a host copy of the values and the optimizer state this
+    // rank holds (Checkpointer::begin_save), wherever they live (memory, a device, the offload files).
+    if (cfg.checkpoint.async) {
+      const double copy = 4.0 * ((zero >= 3 ? shard : full) + states * (zero >= 1 ? shard : full));
+      if (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) s.checkpoint = copy;
+      else s.offload_host += copy;
+    }
+    const double total = s.parameters + s.gradients + s.optimizer + s.offload_host + s.checkpoint;
     if (total <= most) continue;
     most = total;
     e.buckets = store.buckets().size();
@@ -145,6 +152,7 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     e.optimizer = s.optimizer;
     e.offload_disk = s.offload_disk;
     e.offload_host = s.offload_host;
+    e.checkpoint = s.checkpoint;
     shard_elements = shard;
   }
   e.comm = Sharding::accumulates_into_shard(cfg) ? 4.0 * shard_elements : 0.0;
@@ -169,6 +177,10 @@ namespace {
 std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room,
                         const std::function<MemoryEstimate(const Config&)>& estimate_for) {
   const double buffer = cfg.optimizer.offload_buffer_mb * 1e6;
+  if (e.checkpoint > 0 && e.total() - e.checkpoint <= room)
+    return fmt::format("set checkpoint.async = false (about {:.1f} MB per rank then; an asynchronous save stages a "
+                       "host copy of the rank's parameters and optimizer state, {:.1f} MB, while it writes)",
+                       (e.total() - e.checkpoint) / 1e6, e.checkpoint / 1e6);
   // A GPU build: the state in host memory takes it off the device (the staging stays in host memory too).
   if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible && cfg.optimizer.offload == OptimizerOffload::none &&
       e.optimizer > 0 && e.total() - e.optimizer <= room)
@@ -230,9 +242,11 @@ void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node,
   if (cfg.run.memory_limit_mb > 0 && e.total() > cfg.run.memory_limit_mb * 1e6)
     throw InputError(fmt::format(
         "run.memory_limit_mb = {}: the run needs about {:.1f} MB per rank (estimate: parameters {:.1f}, gradients "
-        "{:.1f}, optimizer state {:.1f}, activations {:.1f}, input batch {:.1f} MB), more than the limit; {}",
+        "{:.1f}, optimizer state {:.1f}, activations {:.1f}, input batch {:.1f}{} MB), more than the limit; {}",
         cfg.run.memory_limit_mb, e.total() / 1e6, e.parameters / 1e6, e.gradients / 1e6, e.optimizer / 1e6,
-        e.activations / 1e6, e.data / 1e6, memory_hint(cfg, e, cfg.run.memory_limit_mb * 1e6, estimate_for)));
+        e.activations / 1e6, e.data / 1e6,
+        e.checkpoint > 0 ? fmt::format(", checkpoint staging {:.1f}", e.checkpoint / 1e6) : std::string(),
+        memory_hint(cfg, e, cfg.run.memory_limit_mb * 1e6, estimate_for)));
   const mem::NodeMemory node = mem::node_memory();
   const double need = e.total() * ranks_on_node;
   if (node.bytes <= 0 || need <= node.bytes) return;

@@ -21,11 +21,15 @@ struct MemoryEstimate {
   /// beside the device's, per rank (the state, or its disk tiles, and the staging); not part of
   /// total(), which is then the device's.
   double offload_host = 0;
+  /// checkpoint.async: the host copy of this rank's parameter values and optimizer state that each
+  /// asynchronous save stages while its writer runs (part of total(); on a GPU build in
+  /// offload_host instead).
+  double checkpoint = 0;
   std::int64_t micro_batch = 0;      ///< rows of the largest micro-batch
   std::int64_t eval_batch = 0;       ///< rows of the largest evaluation batch
   std::size_t parameter_count = 0;   ///< of the whole model
   std::size_t buckets = 0;           ///< gradient buckets as a run plans them
-  double total() const { return parameters + gradients + optimizer + activations + comm + data; }
+  double total() const { return parameters + gradients + optimizer + activations + comm + data + checkpoint; }
 };
 
 /// Rows of the batches a rank's buffers hold: as the deck asks, or fewer where the data hold fewer.

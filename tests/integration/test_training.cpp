@@ -3,10 +3,12 @@
 // single error line of DESIGN.md.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -150,6 +152,44 @@ TEST(Training, AsyncCheckpointsHoldTheSyncTensorsAndResume) {
   ASSERT_EQ(again.exit_code, 0) << again.output;
   const auto a = train_losses(async), b = train_losses(resumed);
   for (std::int64_t s = 21; s <= 30; ++s) EXPECT_NEAR(b.at(s), a.at(s), 1e-5 * a.at(s)) << s;
+}
+
+// An asynchronous save stages a host copy of the rank's values and optimizer state while its
+// writer runs: `tessera check` counts it ("checkpoint staging"), a limit only it exceeds is told to
+// turn it off, and the run's counters hold it while it lasts (summary.json's peaks).
+TEST(Training, AsyncCheckpointStagingIsEstimatedAndCounted) {
+  // AdamW on the test MLP (52,650 parameters): 4 bytes each of values and 8 of state, 631,800 B.
+  const std::string base = "--set optimizer.kind=adamw --set train.steps=2 --set checkpoint.every_steps=1 "
+                           "--set eval.every_steps=0 --set eval.at_end=false";
+  const auto check = [&](const std::string& extra) {
+    return tessera_alone("check" + train_args(fresh_dir("staging_check"), base + extra).substr(5));
+  };
+  const auto megabytes = [](const std::string& out, const std::string& what) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex(what + " ([0-9.]+) MB"))) << out;
+    return m.empty() ? 0.0 : std::stod(m[1].str());
+  };
+  const RunResult sync = check(""), async = check(" --set checkpoint.async=true");
+  ASSERT_EQ(sync.exit_code, 0) << sync.output;
+  ASSERT_EQ(async.exit_code, 0) << async.output;
+  EXPECT_EQ(sync.output.find("checkpoint staging"), std::string::npos) << sync.output;
+  EXPECT_DOUBLE_EQ(megabytes(async.output, "checkpoint staging"), 0.63);
+  EXPECT_NEAR(megabytes(async.output, "total") - megabytes(sync.output, "total"), 0.63, 0.011);
+  const double limit = megabytes(sync.output, "total") + 0.2;
+  expect_input_error(check(fmt::format(" --set checkpoint.async=true --set run.memory_limit_mb={}", limit)),
+                     "more than the limit; set checkpoint.async = false (about");
+  std::map<bool, nlohmann::json> memory;
+  for (bool background : {false, true}) {
+    const std::string dir = fresh_dir(background ? "staging_async" : "staging_sync");
+    const RunResult r = tessera(1, train_args(dir, base + (background ? " --set checkpoint.async=true" : "")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    memory[background] = nlohmann::json::parse(read_file(dir + "/summary.json"))["memory"];
+  }
+  const auto more = [&](const char* key) { return memory[true][key].get<double>() - memory[false][key].get<double>(); };
+  // (The store and the optimizer pad their buffers to a few elements more.)
+  EXPECT_NEAR(more("param_peak_bytes"), 4.0 * 52650, 64.0);
+  EXPECT_NEAR(more("optim_peak_bytes"), 8.0 * 52650, 64.0);
+  EXPECT_NEAR(more("peak_total_bytes"), 12.0 * 52650, 128.0);
 }
 
 TEST(Training, AsyncCheckpointFailingOrKilledOnOneRankKeepsTheLastOne) {
