@@ -324,30 +324,17 @@ io::CheckpointContent Checkpointer::content(const Model& model, const Sharding& 
 
 std::string Checkpointer::save(const Model& model, const Sharding& sharding, const Optimizer& opt,
                                const TrainState& state) {
-  // Host copies at the I/O boundary: the full values or this rank's shard of them, and the
-  // optimizer state (full, or this rank's shard: the sharding says). What lives in an offload
-  // file is read from it tensor by tensor as the writer needs it, never whole.
-  std::vector<float> h_values;
+  // The values (full, or this rank's shard: the sharding says) and the optimizer state are read
+  // tensor by tensor as the writer needs them (io::TensorSlab::fill, into one buffer of the largest
+  // tensor), from memory, a device or an offload file alike: a save holds no whole copy, which
+  // the memory counters would not see (it had held the values whole: 4 bytes a parameter).
   Source values;
-  if (sharding.value_file() != nullptr) {
-    values.read = [&sharding](std::size_t at, std::size_t n, float* out) { sharding.copy_values(at, n, out); };
-  } else {
-    h_values.resize(sharding.values_size());
-    sharding.copy_values(0, h_values.size(), h_values.data());
-    values = h_values.data();
-  }
-  std::vector<Optimizer::HostState> h_states;
-  h_states.reserve(opt.state_names().size());
+  values.read = [&sharding](std::size_t at, std::size_t n, float* out) { sharding.copy_values(at, n, out); };
   std::vector<Source> states;
   for (std::size_t i = 0; i < opt.state_names().size(); ++i) {
-    if (opt.offload_file() != nullptr) {
-      Source s;
-      s.read = [&opt, i](std::size_t at, std::size_t n, float* out) { opt.copy_state(i, at, n, out); };
-      states.push_back(std::move(s));
-      continue;
-    }
-    h_states.push_back(opt.host_state(i));
-    states.emplace_back(h_states.back().data());
+    Source s;
+    s.read = [&opt, i](std::size_t at, std::size_t n, float* out) { opt.copy_state(i, at, n, out); };
+    states.push_back(std::move(s));
   }
   const fs::path path = fs::path(dir_) / fmt::format("step_{:08}.h5", state.step);
   const FieldNormValues norm = field_norm_values(model.shape().norm);
