@@ -24,14 +24,14 @@ float* BufferPool::take(std::size_t n) {
                   : small == nullptr || size > small->buffer.extent(0))
       (size >= n ? best : small) = &s;
   }
-  // A small request (a tied embedding's bucket, held while the blocks' buckets come and go) does
-  // not take a buffer over twice its size where a smaller free one can grow to it: the large one
-  // stays free for the large requests, which would otherwise grow the small buffer to their size
-  // and hold two large ones.
   // A buffer made for a request over half the largest is made at the largest size, so that the
   // large requests (the blocks' buckets, of sizes a few elements apart) share it without growing
   // it again; a smaller one at the size asked.
   const std::size_t size = 2 * n > largest_ ? std::max(n, largest_) : n;
+  // A small request (a tied embedding's bucket, held while the blocks' buckets come and go) does
+  // not take a buffer over twice its size where a smaller free one can grow to it: the large one
+  // stays free for the large requests, which would otherwise grow the small buffer to their size
+  // and hold two large ones.
   if (small != nullptr && (best == nullptr || best->buffer.extent(0) > 2 * n)) {
     make(*small, size);
     best = small;

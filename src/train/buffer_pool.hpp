@@ -33,8 +33,6 @@ class BufferPool {
   float* take(std::size_t n);
   /// \brief Gives back a buffer take() returned.
   void give(const float* p);
-  /// Buffers made so far (each of them is held until the pool ends).
-  std::size_t buffers() const { return slots_.size(); }
 
  private:
   struct Slot {

@@ -94,6 +94,8 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     for (const auto& b : store.buckets()) largest = std::max(largest, b.length);
     const auto full = static_cast<double>(store.size()), shard = static_cast<double>(store.shard_size()),
                bucket = static_cast<double>(largest);
+    // The optimizer state's elements on this rank: its shard from zero 1 on.
+    const std::size_t state_elements = zero >= 1 ? store.shard_size() : store.size();
     MemoryEstimate s;
     // zero 3 holds its shard and one gathered bucket (optimizer.offload_values: the shard on disk,
     // and in memory a bucket's chunk read from it and the file's buffer); zero 2 its gradient shard
@@ -120,17 +122,17 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
                                                                                   : std::min(full + shard, shard + 2 * bucket))
                          : zero == 1 ? full + shard
                                      : full);
-    s.optimizer = 4.0 * states * (zero >= 1 ? shard : full);
+    s.optimizer = 4.0 * states * static_cast<double>(state_elements);
     const bool disk = cfg.optimizer.offload == OptimizerOffload::disk && states > 0;
     const bool staged = offload_staged(cfg.optimizer);
     if (disk || staged || values_on_disk) {
       // The optimizer's own rule: the state on disk (memory holds its tiles) or in host memory, the
       // values on disk streamed beside it, and where the parameters are not in host memory, their
       // staged tiles.
-      const std::size_t n = zero >= 1 ? store.shard_size() : store.size();
-      const OffloadPlan plan = offload_plan(cfg.optimizer, static_cast<std::size_t>(states), n, staged, values_on_disk);
+      const OffloadPlan plan =
+          offload_plan(cfg.optimizer, static_cast<std::size_t>(states), state_elements, staged, values_on_disk);
       s.offload_disk = 4.0 * ((disk ? states : 0) + (values_on_disk ? 1 : 0)) * static_cast<double>(plan.padded);
-      s.optimizer = plan.buffer_bytes() + (disk ? 0.0 : 4.0 * states * static_cast<double>(n));
+      s.optimizer = plan.buffer_bytes() + (disk ? 0.0 : 4.0 * states * static_cast<double>(state_elements));
       if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
         s.offload_host = s.optimizer;  // beside the device's memory
         s.optimizer = 0;
@@ -139,7 +141,7 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     // checkpoint.async: each save stages a host copy of the values and the optimizer state this
     // rank holds (Checkpointer::begin_save), wherever they live (memory, a device, the offload files).
     if (cfg.checkpoint.async) {
-      const double copy = 4.0 * ((zero >= 3 ? shard : full) + states * (zero >= 1 ? shard : full));
+      const double copy = 4.0 * ((zero >= 3 ? shard : full) + states * static_cast<double>(state_elements));
       if (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) s.checkpoint = copy;
       else s.offload_host += copy;
     }
