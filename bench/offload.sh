@@ -104,14 +104,16 @@ common=(--set "data.path=\"$data\"" --set train.log_every=1 --set eval.every_ste
 
 # \brief The --set arguments of an offload mode: memory, overlap (disk, I/O thread reading ahead
 # and writing behind), serial (disk, one tile at a time), small (disk, overlap, SMALL_BUFFER_MB),
-# values (state and parameter values on disk, overlap, the default buffer; ZeRO 3, which they need).
+# values (state and parameter values on disk, overlap, the default buffer; ZeRO 3, which they need;
+# each bucket gathered on use, as the tables were made: bench/zero_prefetch.sh measures gathering
+# ahead, which holds one bucket more).
 mode_args() {
   case "$1" in
     memory) echo "--set optimizer.offload=\"none\"" ;;
     overlap) echo "--set optimizer.offload=\"disk\" --set optimizer.offload_overlap=true" ;;
     serial) echo "--set optimizer.offload=\"disk\" --set optimizer.offload_overlap=false" ;;
     small) echo "--set optimizer.offload=\"disk\" --set optimizer.offload_overlap=true --set optimizer.offload_buffer_mb=$small_buffer" ;;
-    values) echo "--set optimizer.offload=\"disk\" --set optimizer.offload_overlap=true --set optimizer.offload_values=true --set parallel.zero=3" ;;
+    values) echo "--set optimizer.offload=\"disk\" --set optimizer.offload_overlap=true --set optimizer.offload_values=true --set parallel.zero=3 --set parallel.zero_prefetch=false" ;;
     *) die "unknown mode '$1'" ;;
   esac
 }

@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/test_hooks.hpp"
 #include "comm/agree.hpp"
 #include "io/h5.hpp"
@@ -41,12 +42,27 @@ std::uint64_t product(std::span<const std::uint64_t> values) {
 
 std::uint64_t TensorSlab::elements() const { return by_elements ? (last > first ? last - first : 0) : product(count); }
 
-TensorSlab materialized(const TensorSlab& t, std::vector<float>& buffer) {
+FillBuffer::~FillBuffer() {
+  mem::count_external(mem::Category::param, -static_cast<std::int64_t>(data_.size() * sizeof(float)));
+}
+
+float* FillBuffer::room(std::size_t n) {
+  if (n > data_.size()) {
+    // The old buffer goes before the new one comes: never both at once.
+    mem::count_external(mem::Category::param, -static_cast<std::int64_t>(data_.size() * sizeof(float)));
+    std::vector<float>().swap(data_);
+    data_.resize(n);
+    mem::count_external(mem::Category::param, static_cast<std::int64_t>(n * sizeof(float)));
+  }
+  return data_.data();
+}
+
+TensorSlab materialized(const TensorSlab& t, FillBuffer& buffer) {
   if (t.data != nullptr || !t.fill || t.elements() == 0) return t;
-  buffer.resize(t.elements());
-  t.fill(buffer.data());
+  float* room = buffer.room(t.elements());
+  t.fill(room);
   TensorSlab copy = t;
-  copy.data = buffer.data();
+  copy.data = room;
   copy.fill = nullptr;
   return copy;
 }
@@ -285,7 +301,7 @@ void write_content(MPI_Comm comm, const std::string& path, const CheckpointConte
   agree(comm, [&] { file = create_with_attributes(comm, path, content); });
   h5::PropList xfer = h5::collective_transfer();
   const std::size_t half = std::max<std::size_t>(1, content.tensors.size() / 2);
-  std::vector<float> buffer;  // a slab with a fill: its elements, one tensor at a time
+  FillBuffer buffer;  // a slab with a fill: its elements, one tensor at a time
   for (std::size_t i = 0; i < content.tensors.size(); ++i) {
     // Each tensor's elements once: the local reads (a slab with a fill) and this rank's part of
     // its checksum, agreed; the checksum summed over comm; then the write.

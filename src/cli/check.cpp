@@ -129,7 +129,9 @@ void print_estimate(const Config& cfg, const ModelShape& shape, const MemoryEsti
                            cfg.parallel.zero, megabytes(e.parameters), megabytes(e.gradients),
                            megabytes(e.optimizer), megabytes(e.activations), e.micro_batch,
                            e.eval_batch, megabytes(e.comm), megabytes(e.data),
-                           e.checkpoint > 0 ? ", checkpoint staging " + megabytes(e.checkpoint) : std::string(),
+                           e.checkpoint > 0 ? fmt::format(", checkpoint {} {}", cfg.checkpoint.async ? "staging" : "buffer",
+                                                          megabytes(e.checkpoint))
+                                            : std::string(),
                            megabytes(e.total()));
   if (e.offload_disk > 0)
     std::cout << fmt::format("{} on disk per rank (optimizer.offload = \"disk\"{}, under {}): {}\n",

@@ -102,6 +102,7 @@ struct ParallelConfig {
   int zero = 0;
   int spatial = 1;            ///< ranks sharing each sample's grid (blocks of rows; unet only)
   ZeroGroup zero_group = ZeroGroup::replica;  ///< shard over the replica group, or within each node
+  bool zero_prefetch = true;  ///< zero 3: the next bucket's gather started while this one computes
   bool halo_overlap = true;   ///< compute each convolution's interior while its halo is in flight
   ContextComm context_comm = ContextComm::all_to_all;  ///< a transformer's context parallelism
   bool tensor_within_node = false;  ///< a tensor group whose ranks span hosts is an error, not a warning

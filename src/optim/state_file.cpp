@@ -137,6 +137,8 @@ struct StateIo::Request {
   bool write = false;
   std::size_t s = 0, begin = 0, count = 0;
   float* data = nullptr;
+  float* buffer = nullptr;  // a ranged read's bounce buffer (nullptr: whole blocks into data)
+  std::size_t capacity = 0;
 };
 
 StateIo::StateIo(StateFile& file) : file_(file), thread_([this] { run(); }) {}
@@ -169,6 +171,11 @@ std::uint64_t StateIo::write(std::size_t s, std::size_t begin, std::size_t count
   return queue({true, s, begin, count, const_cast<float*>(in)});
 }
 
+std::uint64_t StateIo::read_range(std::size_t s, std::size_t at, std::size_t n, float* out, float* buffer,
+                                  std::size_t capacity) {
+  return queue({false, s, at, n, out, buffer, capacity});
+}
+
 void StateIo::wait(std::uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [&] { return done_ >= ticket; });
@@ -188,6 +195,7 @@ void StateIo::run() {
     if (!failed) {  // after a failure, drop the rest
       try {
         if (r.write) file_.write(r.s, r.begin, r.count, r.data);
+        else if (r.buffer != nullptr) file_.read_range(r.s, r.begin, r.count, r.data, r.buffer, r.capacity);
         else file_.read(r.s, r.begin, r.count, r.data);
       } catch (...) {
         error = std::current_exception();

@@ -93,6 +93,10 @@ class StateIo {
   /// Queue a read (or write) of whole blocks, as StateFile::read (write); returns its ticket.
   std::uint64_t read(std::size_t s, std::size_t begin, std::size_t count, float* out);
   std::uint64_t write(std::size_t s, std::size_t begin, std::size_t count, const float* in);
+  /// Queue StateFile::read_range of any `n` elements from `at`, through `buffer` (`capacity`
+  /// floats, which the request uses until it is done); returns its ticket.
+  std::uint64_t read_range(std::size_t s, std::size_t at, std::size_t n, float* out, float* buffer,
+                           std::size_t capacity);
   /// \brief Waits for the request `ticket` and every one before it; rethrows a failure.
   void wait(std::uint64_t ticket);
 

@@ -42,6 +42,7 @@ void BucketedExchange::after_forward(std::size_t unit) {
   const HookTimer timer(*this);
   const std::size_t b = store_.bucket_of_unit(unit);
   if (unit == store_.buckets()[b].last_unit) sharding_.release(exec_, b);
+  sharding_.progress();
 }
 
 void BucketedExchange::before_backward(std::size_t unit) {
@@ -113,6 +114,7 @@ void BucketedExchange::advance(std::size_t b, bool wait) {
 
 void BucketedExchange::poll() {
   for (std::size_t b = 0; b < buckets_.size(); ++b) advance(b, false);
+  sharding_.progress();
 }
 
 void BucketedExchange::wait_all() {

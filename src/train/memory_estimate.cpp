@@ -109,8 +109,12 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     const bool tied_head = is_transformer(cfg.model.kind) && cfg.parallel.pipeline == 1 &&
                            (cfg.model.kind == ModelKind::gpt || cfg.model.tie_embeddings) &&
                            store.buckets().size() > 1;
-    const double held = bucket + (zero >= 3 && tied_head ? static_cast<double>(store.buckets().front().length) : 0.0);
-    s.parameters = 4.0 * (values_on_disk ? held + chunk + static_cast<double>(Sharding::kValueBuffer)
+    // parallel.zero_prefetch: one more bucket gathered (and read, through its own buffer) ahead of its use.
+    const bool ahead = Sharding::gathers_ahead(cfg, layout.shards);
+    const double held = bucket + (zero >= 3 && tied_head ? static_cast<double>(store.buckets().front().length) : 0.0) +
+                        (ahead ? bucket : 0.0);
+    const double value_buffers = static_cast<double>(Sharding::kValueBuffer) * (ahead ? 2.0 : 1.0);
+    s.parameters = 4.0 * (values_on_disk ? held + chunk + value_buffers
                           : zero >= 3    ? shard + held  // the gathered buffers beside the shard, even alone
                                          : full);
     // Products in bf16 read the weights' bf16 copies (nn::bf16_weights: a float store with full
@@ -139,12 +143,16 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
       }
     }
     // checkpoint.async: each save stages a host copy of the values and the optimizer state this
-    // rank holds (Checkpointer::begin_save), wherever they live (memory, a device, the offload files).
-    if (cfg.checkpoint.async) {
-      const double copy = 4.0 * ((zero >= 3 ? shard : full) + states * static_cast<double>(state_elements));
-      if (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) s.checkpoint = copy;
-      else s.offload_host += copy;
-    }
+    // rank holds (Checkpointer::begin_save), wherever they live (memory, a device, the offload
+    // files). A synchronous save reads them a tensor at a time into one host buffer
+    // (io::FillBuffer), the largest tensor's (a parameter's, or its piece of the shard).
+    std::size_t largest_param = 0;
+    for (const auto& info : store.infos()) largest_param = std::max(largest_param, info.size);
+    const double copy = cfg.checkpoint.async
+                            ? 4.0 * ((zero >= 3 ? shard : full) + states * static_cast<double>(state_elements))
+                            : 4.0 * static_cast<double>(largest_param);
+    if (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) s.checkpoint = copy;
+    else s.offload_host += copy;
     const double total = s.parameters + s.gradients + s.optimizer + s.offload_host + s.checkpoint;
     if (total <= most) continue;
     most = total;
@@ -179,10 +187,25 @@ namespace {
 std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room,
                         const std::function<MemoryEstimate(const Config&)>& estimate_for) {
   const double buffer = cfg.optimizer.offload_buffer_mb * 1e6;
-  if (e.checkpoint > 0 && e.total() - e.checkpoint <= room)
-    return fmt::format("set checkpoint.async = false (about {:.1f} MB per rank then; an asynchronous save stages a "
-                       "host copy of the rank's parameters and optimizer state, {:.1f} MB, while it writes)",
-                       (e.total() - e.checkpoint) / 1e6, e.checkpoint / 1e6);
+  if (cfg.checkpoint.async && estimate_for) {
+    Config c = cfg;
+    c.checkpoint.async = false;
+    const MemoryEstimate d = estimate_for(c);
+    if (d.total() <= room)
+      return fmt::format("set checkpoint.async = false (about {:.1f} MB per rank then; an asynchronous save stages a "
+                         "host copy of the rank's parameters and optimizer state, {:.1f} MB, while it writes)",
+                         d.total() / 1e6, e.checkpoint / 1e6);
+  }
+  // ZeRO 3's bucket gathered ahead of its use.
+  if (estimate_for && Sharding::gathers_ahead(cfg, cfg.parallel.data * cfg.parallel.spatial)) {
+    Config c = cfg;
+    c.parallel.zero_prefetch = false;
+    const MemoryEstimate d = estimate_for(c);
+    if (d.total() <= room)
+      return fmt::format("set parallel.zero_prefetch = false (about {:.1f} MB per rank then; gathering the next "
+                         "bucket while one computes holds one more, {:.1f} MB)",
+                         d.total() / 1e6, (e.total() - d.total()) / 1e6);
+  }
   // A GPU build: the state in host memory takes it off the device (the staging stays in host memory too).
   if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible && cfg.optimizer.offload == OptimizerOffload::none &&
       e.optimizer > 0 && e.total() - e.optimizer <= room)
@@ -201,12 +224,18 @@ std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room,
     c.optimizer.offload = OptimizerOffload::disk;
     c.optimizer.offload_values = true;
     c.parallel.zero = 3;
-    const MemoryEstimate d = estimate_for(c);
+    MemoryEstimate d = estimate_for(c);
+    std::string also = cfg.parallel.zero == 3 ? "" : " and parallel.zero = 3";
+    if (d.total() > room && c.parallel.zero_prefetch) {  // and no bucket gathered ahead
+      c.parallel.zero_prefetch = false;
+      d = estimate_for(c);
+      also = cfg.parallel.zero == 3 ? " and parallel.zero_prefetch = false" : ", parallel.zero = 3 and parallel.zero_prefetch = false";
+    }
     if (d.total() <= room)
       return fmt::format("set optimizer.offload = \"disk\", optimizer.offload_values = true{} (about {:.1f} MB per "
                          "rank then; the optimizer state and the parameter values, {:.1f} MB per rank, go to "
                          "node-local disk under optimizer.offload_path)",
-                         cfg.parallel.zero == 3 ? "" : " and parallel.zero = 3", d.total() / 1e6, d.offload_disk / 1e6);
+                         also, d.total() / 1e6, d.offload_disk / 1e6);
   }
   const bool acts = e.activations >= e.parameters + e.gradients + e.optimizer;
   if (acts && cfg.model.kind == ModelKind::unet)
@@ -247,7 +276,9 @@ void check_memory(const Config& cfg, const MemoryEstimate& e, int ranks_on_node,
         "{:.1f}, optimizer state {:.1f}, activations {:.1f}, input batch {:.1f}{} MB), more than the limit; {}",
         cfg.run.memory_limit_mb, e.total() / 1e6, e.parameters / 1e6, e.gradients / 1e6, e.optimizer / 1e6,
         e.activations / 1e6, e.data / 1e6,
-        e.checkpoint > 0 ? fmt::format(", checkpoint staging {:.1f}", e.checkpoint / 1e6) : std::string(),
+        e.checkpoint > 0 ? fmt::format(", checkpoint {} {:.1f}", cfg.checkpoint.async ? "staging" : "buffer",
+                                       e.checkpoint / 1e6)
+                         : std::string(),
         memory_hint(cfg, e, cfg.run.memory_limit_mb * 1e6, estimate_for)));
   const mem::NodeMemory node = mem::node_memory();
   const double need = e.total() * ranks_on_node;

@@ -21,9 +21,10 @@ struct MemoryEstimate {
   /// beside the device's, per rank (the state, or its disk tiles, and the staging); not part of
   /// total(), which is then the device's.
   double offload_host = 0;
-  /// checkpoint.async: the host copy of this rank's parameter values and optimizer state that each
-  /// asynchronous save stages while its writer runs (part of total(); on a GPU build in
-  /// offload_host instead).
+  /// What a save holds beside the model: with checkpoint.async, the host copy of this rank's
+  /// parameter values and optimizer state that each save stages while its writer runs; otherwise
+  /// the buffer a synchronous save reads them into, a tensor at a time (the largest tensor's).
+  /// Part of total(); on a GPU build in offload_host instead.
   double checkpoint = 0;
   std::int64_t micro_batch = 0;      ///< rows of the largest micro-batch
   std::int64_t eval_batch = 0;       ///< rows of the largest evaluation batch

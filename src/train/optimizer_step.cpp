@@ -90,6 +90,7 @@ StepReport OptimizerStep::run(const ExecSpace& exec, double lr, double grad_scal
                      spans[0].n == store_.size();
   if (whole) extras.bf16 = store_.bf16_copies();
 
+  sharding_.before_update();
   opt_.begin_step();
   // An offloaded state's I/O may fail on one rank (a full disk, EIO): every rank learns it here,
   // before the allgather, and the run stops with the last checkpoint intact.

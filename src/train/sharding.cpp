@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -72,10 +73,20 @@ Sharding::Sharding(const Config& cfg, const Communicator& comm)
       accumulate_into_shard_(accumulates_into_shard(cfg)),
       grads_in_shard_(grads_in_shard(cfg, shards_)),
       value_dir_(cfg.optimizer.offload_values && values_sharded_ ? offload_dir(cfg.optimizer.offload_path) : ""),
-      world_rank_(comm.rank()) {}
+      world_rank_(comm.rank()),
+      prefetch_(gathers_ahead(cfg, shards_)) {}
+
+bool Sharding::gathers_ahead(const Config& cfg, int shards) {
+  // Host memory only: a GPU build gathers each bucket when it is needed.
+  return cfg.parallel.zero >= 3 && cfg.parallel.zero_prefetch && (shards > 1 || cfg.optimizer.offload_values) &&
+         Kokkos::SpaceAccessibility<HostSpace, Vector<float>::memory_space>::accessible;
+}
 
 Sharding::~Sharding() {
-  if (bounce_) mem::count_external(mem::Category::param, -static_cast<std::int64_t>(kBounce * sizeof(float)));
+  drop_ahead();  // before the buffers its read or allgather writes
+  value_io_.reset();
+  const int buffers = (bounce_ ? 1 : 0) + (ahead_bounce_ ? 1 : 0);
+  if (buffers > 0) mem::count_external(mem::Category::param, -static_cast<std::int64_t>(buffers * kBounce * sizeof(float)));
 }
 
 void Sharding::FreeFloats::operator()(float* p) const { std::free(p); }
@@ -101,6 +112,12 @@ void Sharding::bind(nn::ParamStore<float>& store) {
     if (p == nullptr) throw std::bad_alloc();
     bounce_.reset(static_cast<float*>(p));
     mem::count_external(mem::Category::param, static_cast<std::int64_t>(kBounce * sizeof(float)));
+    if (prefetch_) {
+      void* q = std::aligned_alloc(StateFile::kBlock * sizeof(float), kBounce * sizeof(float));
+      if (q == nullptr) throw std::bad_alloc();
+      ahead_bounce_.reset(static_cast<float*>(q));
+      mem::count_external(mem::Category::param, static_cast<std::int64_t>(kBounce * sizeof(float)));
+    }
     if (shards_ > 1)
       value_chunk_ = Vector<float>(Kokkos::view_alloc(mem::label(mem::Category::param, "tessera::Sharding::value_chunk"),
                                                       Kokkos::WithoutInitializing),
@@ -112,15 +129,17 @@ void Sharding::bind(nn::ParamStore<float>& store) {
     grad_shard_ = Vector<float>(mem::label(mem::Category::grad, "tessera::Sharding::grad_shard"), shard);
   if (accumulate_into_shard_)
     recv_ = Vector<float>(mem::label(mem::Category::comm, "tessera::Sharding::recv"), shard);
+  follows_.assign(buckets_.size(), kNone);
 }
 
 std::string Sharding::describe() const {
   const int n = comm_.size(group_);
+  const std::string ahead = prefetch_ ? "; each bucket's next gathered ahead while it computes" : "";
   if (group_ == Group::replica_node)
     return fmt::format("ZeRO stage {} within each node ({} rank{} per shard group), replicated across {} "
-                       "node{}", zero_, n, n == 1 ? "" : "s", comm_.size(Group::replica_cross),
-                       comm_.size(Group::replica_cross) == 1 ? "" : "s");
-  return fmt::format("ZeRO stage {} over the replica group ({} rank{})", zero_, n, n == 1 ? "" : "s");
+                       "node{}{}", zero_, n, n == 1 ? "" : "s", comm_.size(Group::replica_cross),
+                       comm_.size(Group::replica_cross) == 1 ? "" : "s", ahead);
+  return fmt::format("ZeRO stage {} over the replica group ({} rank{}){}", zero_, n, n == 1 ? "" : "s", ahead);
 }
 
 std::size_t Sharding::state_size() const {
@@ -153,6 +172,7 @@ std::size_t Sharding::values_size() const { return values_sharded_ ? store_->sha
 void Sharding::copy_values(std::size_t at, std::size_t n, float* out) const {
   if (at + n > values_size()) throw std::logic_error("tessera::Sharding::copy_values: beyond the values");
   if (value_file_) {
+    settle_read();  // one reader of the file at a time
     read_values(at, n, out);
     return;
   }
@@ -163,6 +183,7 @@ void Sharding::copy_values(std::size_t at, std::size_t n, float* out) const {
 
 void Sharding::set_values(std::size_t at, std::size_t n, const float* in) {
   if (at + n > values_size()) throw std::logic_error("tessera::Sharding::set_values: beyond the values");
+  drop_ahead();  // gathered from the values before these
   if (value_file_) {
     write_values(at, n, in);
     return;
@@ -189,6 +210,12 @@ void Sharding::write_values(std::size_t begin, std::size_t count, const float* i
 }
 
 void Sharding::begin_step(const ExecSpace& exec) {
+  if (!order_.empty()) {  // (a step without a gather teaches nothing)
+    last_order_ = std::move(order_);
+    last_update_at_ = update_at_;
+  }
+  order_.clear();
+  update_at_ = kNone;
   if (!grads_sharded_) store_->zero_grads(exec);
   if (state_sharded_) Kokkos::deep_copy(exec, grad_shard_, 0.0f);
 }
@@ -302,30 +329,117 @@ void Sharding::after_update(const ExecSpace& exec) {
 
 void Sharding::gather(const ExecSpace& exec, std::size_t b) {
   if (!values_sharded_ || store_->values_attached(b)) return;
+  const auto t0 = std::chrono::steady_clock::now();
   const nn::Bucket& bucket = store_->buckets()[b];
   auto& s = buckets_[b];
-  s.gathered = gather_buffers_.take(bucket.length);
+  // This step's k-th gather; the last step's (k+1)-th is next where their k-th ones agree. Where they
+  // do not (an evaluation's gathers, which count on after the step before), the bucket that came
+  // after b the last time. (A bound keeps a run without steps from growing the order.)
+  const std::size_t k = order_.size();
+  if (k < kOrderBound) order_.push_back(b);
+  const bool in_order = k < last_order_.size() && last_order_[k] == b;
+  const std::size_t next = !prefetch_                          ? kNone
+                           : !in_order                         ? follows_[b]
+                           : k + 1 == last_update_at_ || k + 1 == last_order_.size() ? kNone  // the update came next
+                                                                                      : last_order_[k + 1];
+  if (previous_ != kNone) follows_[previous_] = b;
+  previous_ = b;
+  ++counts_.gathers;
   exec.fence();
-  if (value_file_ && shards_ == 1 && Kokkos::SpaceAccessibility<HostSpace, Vector<float>::memory_space>::accessible) {
-    // Alone in the group: the bucket straight from the file.
-    const double before = value_file_->bytes_read();
-    read_values(bucket.shard_offset, bucket.chunk, s.gathered);
-    gather_read_ += value_file_->bytes_read() - before;
-  } else if (value_file_) {
-    // A read failing on one rank (EIO) stops every rank of the group here, with its line, rather
-    // than leaving them in the allgather.
-    // This rank's chunk from the file, then gathered as from memory.
-    const VectorU<float> chunk(value_chunk_.data(), bucket.chunk);
-    const auto h = Kokkos::create_mirror_view(chunk);
-    const double before = value_file_->bytes_read();
-    agree(comm_.handle(group()), [&] { read_values(bucket.shard_offset, bucket.chunk, h.data()); });
-    gather_read_ += value_file_->bytes_read() - before;
-    Kokkos::deep_copy(chunk, h);
-    comm_.allgather(chunk.data(), s.gathered, bucket.chunk, group());
+  if (ahead_.bucket == b) {
+    finish_ahead();
+    ++counts_.ahead;
   } else {
-    comm_.allgather(value_shard_.data() + bucket.shard_offset, s.gathered, bucket.chunk, group());
+    settle_read();  // a bucket asked for out of turn: the read ahead of another leaves the file first
+    s.gathered = gather_buffers_.take(bucket.length);
+    if (value_file_ && shards_ == 1 && Kokkos::SpaceAccessibility<HostSpace, Vector<float>::memory_space>::accessible) {
+      // Alone in the group: the bucket straight from the file.
+      const double before = value_file_->bytes_read();
+      read_values(bucket.shard_offset, bucket.chunk, s.gathered);
+      gather_read_ += value_file_->bytes_read() - before;
+    } else if (value_file_) {
+      // A read failing on one rank (EIO) stops every rank of the group here, with its line, rather
+      // than leaving them in the allgather.
+      // This rank's chunk from the file, then gathered as from memory.
+      const VectorU<float> chunk(value_chunk_.data(), bucket.chunk);
+      const auto h = Kokkos::create_mirror_view(chunk);
+      const double before = value_file_->bytes_read();
+      agree(comm_.handle(group()), [&] { read_values(bucket.shard_offset, bucket.chunk, h.data()); });
+      gather_read_ += value_file_->bytes_read() - before;
+      Kokkos::deep_copy(chunk, h);
+      comm_.allgather(chunk.data(), s.gathered, bucket.chunk, group());
+    } else {
+      comm_.allgather(value_shard_.data() + bucket.shard_offset, s.gathered, bucket.chunk, group());
+    }
   }
   store_->attach_values(b, s.gathered);
+  if (next != kNone && ahead_.bucket == kNone && next != b && !store_->values_attached(next)) start_ahead(next);
+  counts_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Sharding::start_ahead(std::size_t b) {
+  const nn::Bucket& bucket = store_->buckets()[b];
+  ahead_.bucket = b;
+  ahead_.buffer = gather_buffers_.take(bucket.length);
+  if (!value_file_) {
+    ahead_.op = comm_.iallgather(value_shard_.data() + bucket.shard_offset, ahead_.buffer, bucket.chunk, group());
+    return;
+  }
+  // This rank's chunk read into its place in the bucket (the whole bucket, alone in the group).
+  if (!value_io_) value_io_ = std::make_unique<StateIo>(*value_file_);
+  ahead_.read_before = value_file_->bytes_read();
+  ahead_.read_settled = false;
+  ahead_.ticket = value_io_->read_range(0, bucket.shard_offset, bucket.chunk,
+                                        ahead_.buffer + static_cast<std::size_t>(rank_) * bucket.chunk,
+                                        ahead_bounce_.get(), kBounce);
+}
+
+void Sharding::settle_read() const {
+  if (ahead_.read_settled) return;
+  try {
+    value_io_->wait(ahead_.ticket);
+  } catch (const std::exception&) {
+    // kept by the queue: finish_ahead() rethrows it where the bucket is used
+  }
+  gather_read_ += value_file_->bytes_read() - ahead_.read_before;
+  ahead_.read_settled = true;
+}
+
+void Sharding::finish_ahead() {
+  const nn::Bucket& bucket = store_->buckets()[ahead_.bucket];
+  float* gathered = ahead_.buffer;
+  if (!value_file_) {
+    ahead_.op.wait();
+  } else {
+    settle_read();
+    if (shards_ == 1) {
+      value_io_->wait(ahead_.ticket);  // rethrows a failed read
+    } else {
+      // As gather()'s: a read that failed on one rank stops every rank of the group here.
+      agree(comm_.handle(group()), [&] { value_io_->wait(ahead_.ticket); });
+      comm_.allgather(gathered + static_cast<std::size_t>(rank_) * bucket.chunk, gathered, bucket.chunk, group());
+    }
+  }
+  buckets_[ahead_.bucket].gathered = gathered;
+  ahead_ = Ahead{};
+}
+
+void Sharding::drop_ahead() {
+  if (ahead_.bucket == kNone) return;
+  settle_read();
+  if (ahead_.op.done() == false) ahead_.op.wait();
+  gather_buffers_.give(ahead_.buffer);
+  ahead_ = Ahead{};
+  ++counts_.dropped;
+}
+
+void Sharding::progress() {
+  if (ahead_.bucket != kNone && !value_file_) ahead_.op.test();
+}
+
+void Sharding::before_update() {
+  drop_ahead();
+  update_at_ = order_.size();
 }
 
 void Sharding::release(const ExecSpace& exec, std::size_t b) {

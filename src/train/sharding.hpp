@@ -26,6 +26,18 @@
 // just before the bucket's gather, and the optimizer streams it beside its state (update_spans()
 // then name no values in memory). Memory holds only the gathered buckets and a small buffer.
 //
+// parallel.zero_prefetch (zero 3, on by default): while a bucket computes, the gather of the
+// bucket the model will ask for next is already under way (a nonblocking allgather; with the
+// values on disk, the chunk's read on an I/O thread, then the allgather when it is asked for). Which
+// bucket comes next is learnt from the gathers themselves: every step's buckets are gathered in the
+// same order (the model's passes and the pipeline schedule repeat), so the step remembers the order
+// of the last one, and where its k-th gather is the same bucket as the last step's k-th, it starts
+// the last step's (k+1)-th, unless the update came between; out of that order (the first step, an
+// evaluation's gathers), the bucket that came after this one the last time. At most one bucket is ahead at a time (one more gathered bucket held),
+// and one asked for out of turn is gathered as without it. The values do not change while a bucket is ahead: the update and
+// a resume's set_values() drop it first (before_update()). The values gathered are the same bits
+// either way.
+//
 // questions of the exchange (gradient_exchange.hpp), the optimizer step (optimizer_step.hpp) and the checkpointer: where a
 // bucket's gradient accumulates and where its exchange delivers it, which spans the optimizer
 // updates and what is gathered after, and which element pieces this rank reads and writes. None
@@ -46,6 +58,7 @@
 namespace tessera {
 
 class StateFile;
+class StateIo;
 
 class Sharding {
  public:
@@ -80,8 +93,15 @@ class Sharding {
   };
 
   /// optimizer.offload_values: the value file's reads and writes go through a buffer of this many
-  /// floats (1 MiB).
+  /// floats (1 MiB); a read ahead (parallel.zero_prefetch) through a second one.
   static constexpr std::size_t kValueBuffer = 256 * 1024;
+
+  /// What the gathers did since bind(): buckets gathered (not already held), how many of them had
+  /// been gathered ahead, how many gathered ahead were dropped unused, and the seconds gather()
+  /// spent (on a bucket gathered ahead: waiting for what was not yet done).
+  struct GatherCounts {
+    double gathers = 0, ahead = 0, dropped = 0, seconds = 0;
+  };
 
   /// \brief The plan of this deck on this communicator; allocates nothing. InputError (on every
   /// rank) where parallel.zero_group = "node" and the nodes hold different numbers of replicas.
@@ -170,10 +190,22 @@ class Sharding {
   void after_update(const ExecSpace& exec);
 
   // Values of a sharded model (values_sharded()).
-  /// \brief Gathers bucket b's values (collective over group()); nothing where held.
+  /// \brief Gathers bucket b's values (collective over group()); nothing where held. With
+  /// parallel.zero_prefetch, then starts the gather of the bucket that followed it in the last step.
   void gather(const ExecSpace& exec, std::size_t b);
   /// \brief Releases bucket b's gathered values.
   void release(const ExecSpace& exec, std::size_t b);
+  /// \brief Lets a gather started ahead move on (MPI progresses a nonblocking collective only
+  /// inside its calls); the exchange calls it from its hooks.
+  void progress();
+  /// \brief The values are about to change (the update): a bucket gathered ahead is dropped.
+  void before_update();
+  /// Buckets are gathered ahead of their use (parallel.zero_prefetch, where it applies).
+  bool gathers_ahead() const { return prefetch_; }
+  /// The same from the deck, for `shards` ranks sharing the state: zero 3 with zero_prefetch where
+  /// a gather moves anything (over more than one rank, or from the value file), in host memory.
+  static bool gathers_ahead(const Config& cfg, int shards);
+  GatherCounts gather_counts() const { return counts_; }
 
   /// \brief Every parameter's piece in this rank's shard, in parameter order.
   std::vector<Piece> pieces() const;
@@ -219,6 +251,34 @@ class Sharding {
   };
   std::unique_ptr<float, FreeFloats> bounce_;  // kBounce floats, aligned to the file's blocks
   mutable double gather_read_ = 0.0;
+  // parallel.zero_prefetch.
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  static constexpr std::size_t kOrderBound = 1 << 20;
+  // Completes the bucket gathered ahead into its buffer (collective like gather()).
+  void finish_ahead();
+  // Starts gathering bucket b ahead of its use.
+  void start_ahead(std::size_t b);
+  // Waits for a read ahead from the value file (its result kept); errors are left to finish_ahead().
+  void settle_read() const;
+  // Waits for the bucket gathered ahead and gives its buffer back.
+  void drop_ahead();
+  bool prefetch_ = false;
+  std::vector<std::size_t> order_, last_order_;  // the buckets gathered this step and in the last
+  std::vector<std::size_t> follows_;  // per bucket: the one gathered after it the last time
+  std::size_t previous_ = kNone;     // the bucket gathered last
+  std::size_t update_at_ = kNone, last_update_at_ = kNone;  // gathers before the update, this step and the last
+  struct Ahead {
+    std::size_t bucket = kNone;
+    float* buffer = nullptr;
+    PendingOp op;                  // in memory: the allgather
+    std::uint64_t ticket = 0;      // on disk: the chunk's read
+    bool read_settled = true;      // the read is done and its bytes counted
+    double read_before = 0;        // the file's bytes read when it started
+  };
+  mutable Ahead ahead_;
+  std::unique_ptr<StateIo> value_io_;             // the reads ahead (made at the first)
+  std::unique_ptr<float, FreeFloats> ahead_bounce_;  // their buffer, kBounce floats
+  GatherCounts counts_;
 };
 
 }  // namespace tessera

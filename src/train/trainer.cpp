@@ -689,6 +689,15 @@ nlohmann::json Trainer::summary(const std::string& status) const {
     o["update_gb_per_s_per_rank"] = sums[4] > 0 ? nlohmann::json((sums[2] + sums[3]) / sums[4] / 1e9) : nlohmann::json(nullptr);
     j["optimizer_offload"] = o;
   }
+  if (sharding_->values_sharded()) {
+    // ZeRO 3's gathers on the most waiting rank: how many, how many were gathered ahead of their
+    // use (parallel.zero_prefetch) or dropped unused, and the seconds spent waiting in them.
+    const Sharding::GatherCounts g = sharding_->gather_counts();
+    double most[4] = {g.gathers, g.ahead, g.dropped, g.seconds};
+    comm_.allreduce_max(most, 4, Group::world);
+    j["zero_gathers"] = {{"ahead_of_use", sharding_->gathers_ahead()}, {"gathers", most[0]}, {"gathered_ahead", most[1]},
+                         {"dropped", most[2]}, {"seconds", most[3]}};
+  }
   j["precision"] = precision_name(cfg_.train.precision);
   if (scaler_ && scaler_->enabled()) {
     j["loss_scale"] = scaler_->scale();

@@ -10,6 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "run_helpers.hpp"
 
@@ -240,8 +243,11 @@ TEST(Exchange, PriorityNonFiniteStopsWithTheCheckpointIntact) {
 TEST(Sharding, MeasuredMemoryShrinksWithTheStage) {
   // AdamW: two state buffers per parameter. Layers of similar size (784-256x5-10, a bucket per
   // layer), so that what ZeRO-2 and -3 hold at once (one or two buckets) is well below the whole.
+  // ZeRO 3 gathers each bucket on use here: gathering the next ahead holds one more (the first
+  // layer's, 0.8 MB, of 1.9 MB in all), the case below.
   const std::string base = "--set optimizer.kind=adamw --set optimizer.lr=0.002 --set train.steps=3 "
-                           "--set 'model.hidden=[256,256,256,256,256]' --set comm.bucket_mb=0.1";
+                           "--set 'model.hidden=[256,256,256,256,256]' --set comm.bucket_mb=0.1 "
+                           "--set parallel.zero_prefetch=false";
   std::map<int, nlohmann::json> mem;
   for (int zero : {0, 1, 2, 3}) {
     const std::string dir = fresh_dir("zero_mem" + std::to_string(zero));
@@ -278,6 +284,54 @@ TEST(Sharding, OneRankAtZeroThreeGivesZeroZerosBitsInOneGradientBuffer) {
   const auto grads = [&](int zero) { return summary(dirs[zero])["memory"]["grad_peak_bytes"].get<double>(); };
   EXPECT_LE(grads(3), grads(0));
   EXPECT_GT(grads(3), 0.9 * grads(0));
+}
+
+// parallel.zero_prefetch: the bucket the model asks for next is gathered (or read from the value
+// file) while this one computes. The same bits as gathering each on use, in memory and with the
+// values on disk, with micro-batches (the last one's gather ahead of the next step's first bucket is
+// dropped at the update: kept, the next step would read the old values), a 1F1B pipeline and
+// evaluations between steps; most gathers are made ahead, and it holds at most one bucket more.
+TEST(Sharding, GatheringAheadGivesTheBitsOfGatheringOnUse) {
+  // A bucket per layer (each under 0.001 MB but the first): forward 0, 1, 2 and backward 2, 1, 0.
+  const std::string base = "--set optimizer.kind=adamw --set optimizer.lr=0.002 --set train.steps=12 "
+                           "--set checkpoint.every_steps=12 --set eval.every_steps=5 --set comm.bucket_mb=0.001";
+  const std::string values = " --set optimizer.offload=disk --set optimizer.offload_buffer_mb=0.05 "
+                             "--set optimizer.offload_values=true";
+  const std::vector<std::pair<int, std::string>> cases = {
+      {2, " --set parallel.micro_batches=2"},
+      {4, " --set parallel.pipeline=2 --set parallel.micro_batches=4"},
+      {1, values},
+      {2, values + " --set parallel.micro_batches=2"},
+  };
+  // The largest bucket (the first layer's, 784 x 64 + 64 floats) and the second read buffer.
+  const double bucket = (784.0 * 64 + 64) * 4, read_buffer = 1024.0 * 1024;
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const auto& [ranks, layout] = cases[c];
+    std::map<bool, std::string> dirs;
+    for (bool ahead : {false, true}) {
+      dirs[ahead] = fresh_dir(fmt::format("ahead{}_{}", c, ahead));
+      const RunResult r = tessera(ranks, train_args(dirs[ahead], fmt::format("{} --set parallel.zero=3{} --set "
+                                                                             "parallel.zero_prefetch={}",
+                                                                             base, layout, ahead)));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_EQ(r.output.find("gathered ahead") != std::string::npos, ahead) << r.output;
+    }
+    const RunResult d = tessera(1, "diff " + dirs[false] + "/checkpoints/step_00000012.h5 " + dirs[true] +
+                                       "/checkpoints/step_00000012.h5 --tolerance 0");
+    EXPECT_NE(d.output.find("tolerance 0: passed"), std::string::npos) << layout << "\n" << d.output;
+    const nlohmann::json on = summary(dirs[true]), off = summary(dirs[false]);
+    EXPECT_EQ(on["zero_gathers"]["ahead_of_use"], true) << layout;
+    EXPECT_EQ(off["zero_gathers"]["gathered_ahead"], 0.0) << layout;
+    EXPECT_EQ(on["zero_gathers"]["gathers"], off["zero_gathers"]["gathers"]) << layout;
+    EXPECT_GT(on["zero_gathers"]["gathered_ahead"].get<double>(), 0.5 * on["zero_gathers"]["gathers"].get<double>())
+        << layout << on["zero_gathers"];
+    // The first step knows no order yet: its last gather guesses the first layer's next, which the
+    // update drops (the next step would read the old values from it); later steps guess no further.
+    EXPECT_EQ(on["zero_gathers"]["dropped"], 1.0) << layout << on["zero_gathers"];
+    const auto params = [](const nlohmann::json& s) { return s["memory"]["param_peak_bytes"].get<double>(); };
+    EXPECT_LE(params(on), params(off) + bucket + (layout.find("offload_values") != std::string::npos ? read_buffer : 0.0))
+        << layout;
+  }
 }
 
 // ZeRO 3 gathers each bucket before its use into buffers made once and reused
