@@ -152,3 +152,21 @@ cluster_received_bytes() {
   for ((n = 1; n <= 4; n++)); do total=$((total + $(cat "/sys/class/net/$TESSERA_CLUSTER-n$n/statistics/tx_bytes"))); done
   echo "$total"
 }
+
+# \brief The step-time GPT's settings of offload.sh and zero_prefetch.sh, from the environment:
+# reps (REPS, 3), steps (STEPS, 8), warmup (WARMUP, 2), width (WIDTH, 512), layers (LAYERS, 4),
+# context (CONTEXT, 128), batch (BATCH, 8). Dies on a REPS, STEPS, WARMUP or LABEL it cannot use.
+# shellcheck disable=SC2034  # the variables are the caller's
+gpt_step_settings() {
+  reps=${REPS:-3}
+  steps=${STEPS:-8}
+  warmup=${WARMUP:-2}
+  width=${WIDTH:-512}
+  layers=${LAYERS:-4}
+  context=${CONTEXT:-128}
+  batch=${BATCH:-8}
+  [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS='$reps' is not a positive integer"
+  [[ "${LABEL:-x}" =~ ^[A-Za-z0-9_.-]+$ ]] || die "LABEL='$LABEL': letters, digits, '.', '_' and '-' only"
+  [[ "$steps" =~ ^[0-9]+$ && "$warmup" =~ ^[0-9]+$ && "$steps" -gt "$warmup" ]] ||
+    die "STEPS='$steps' must be larger than WARMUP='$warmup'"
+}

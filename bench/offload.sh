@@ -53,13 +53,7 @@ source "$here/lib.sh"
 top=$(cd "$here/.." && pwd)
 cd "$top"
 
-reps=${REPS:-3}
-steps=${STEPS:-8}
-warmup=${WARMUP:-2}
-width=${WIDTH:-512}
-layers=${LAYERS:-4}
-context=${CONTEXT:-128}
-batch=${BATCH:-8}
+gpt_step_settings
 read -r -a rank_counts <<<"${RANKS:-1 2}"
 zero=${ZERO:-1}
 read -r -a step_modes <<<"${STEP_MODES:-memory overlap serial values}"
@@ -83,10 +77,6 @@ limit_csv=$results/${name}_limit.csv
 sitting=$results/${name}_sitting.txt
 md=$results/$name.md
 
-[[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS='$reps' is not a positive integer"
-[[ "${LABEL:-x}" =~ ^[A-Za-z0-9_.-]+$ ]] || die "LABEL='$LABEL': letters, digits, '.', '_' and '-' only"
-[[ "$steps" =~ ^[0-9]+$ && "$warmup" =~ ^[0-9]+$ && "$steps" -gt "$warmup" ]] ||
-  die "STEPS='$steps' must be larger than WARMUP='$warmup'"
 [[ "$width_step" =~ ^[1-9][0-9]*$ && $((width_step % 4)) -eq 0 ]] || die "WIDTH_STEP='$width_step': a multiple of the deck's 4 heads"
 [[ -x "$build/tessera" ]] || die "$build/tessera not found" "tools/setup.sh $build"
 [[ -d "$offload_dir" && -w "$offload_dir" ]] || die "offload path '$offload_dir' is not a writable directory" \

@@ -28,13 +28,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib.sh"
 cd "$here/.."
 
-reps=${REPS:-3}
-steps=${STEPS:-8}
-warmup=${WARMUP:-2}
-width=${WIDTH:-512}
-layers=${LAYERS:-4}
-context=${CONTEXT:-128}
-batch=${BATCH:-8}
+gpt_step_settings
 read -r -a cases <<<"${CASES:-values1 values2 memory2}"
 build=${BUILD_DIR:-build}
 offload_dir=${OFFLOAD_PATH:-${TMPDIR:-/tmp}}
@@ -46,10 +40,6 @@ csv=$results/$name.csv
 sitting=$results/${name}_sitting.txt
 md=$results/$name.md
 
-[[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS='$reps' is not a positive integer"
-[[ "${LABEL:-x}" =~ ^[A-Za-z0-9_.-]+$ ]] || die "LABEL='$LABEL': letters, digits, '.', '_' and '-' only"
-[[ "$steps" =~ ^[0-9]+$ && "$warmup" =~ ^[0-9]+$ && "$steps" -gt "$warmup" ]] ||
-  die "STEPS='$steps' must be larger than WARMUP='$warmup'"
 [[ -x "$build/tessera" ]] || die "$build/tessera not found" "tools/setup.sh $build"
 [[ -d "$offload_dir" && -w "$offload_dir" ]] || die "offload path '$offload_dir' is not a writable directory" \
   "set OFFLOAD_PATH (or TMPDIR) to node-local scratch"

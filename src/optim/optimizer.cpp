@@ -248,21 +248,6 @@ void Optimizer::update(const ExecSpace& exec, VectorU<float> params, VectorU<flo
   traffic_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-Optimizer::HostState Optimizer::host_state(std::size_t i) const {
-  HostState h;
-  if (!host_states_.empty()) {
-    h.view_ = Kokkos::View<const float*, HostSpace>(host_states_[i].data(), n_);
-    return h;
-  }
-  if (!file_ && Kokkos::SpaceAccessibility<HostSpace, Vector<float>::memory_space>::accessible) {
-    h.view_ = Kokkos::View<const float*, HostSpace>(states_[i].data(), n_);
-    return h;
-  }
-  h.copy_.resize(n_);
-  copy_state(i, h.copy_.data());
-  return h;
-}
-
 void Optimizer::copy_state(std::size_t i, std::size_t at, std::size_t n, float* out) const {
   if (at + n > n_) throw std::logic_error("tessera::Optimizer::copy_state: beyond the state");
   if (!host_states_.empty()) {

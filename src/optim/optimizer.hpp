@@ -78,18 +78,6 @@ class Optimizer {
   /// Elements of each state buffer.
   std::size_t size() const { return n_; }
 
-  /// A host copy of state buffer i: the buffer itself where it lives in host memory, else a copy
-  /// (from the device, or read from the offload file).
-  class HostState {
-   public:
-    const float* data() const { return view_.data() != nullptr ? view_.data() : copy_.data(); }
-
-   private:
-    friend class Optimizer;
-    Kokkos::View<const float*, HostSpace> view_;
-    std::vector<float> copy_;
-  };
-  HostState host_state(std::size_t i) const;
   /// \brief Copies state buffer i into `out` (size() floats).
   void copy_state(std::size_t i, float* out) const { copy_state(i, 0, n_, out); }
   /// \brief Copies `n` elements of state buffer i from element `at` into `out` (on the host).

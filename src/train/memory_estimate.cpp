@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -187,25 +189,26 @@ namespace {
 std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room,
                         const std::function<MemoryEstimate(const Config&)>& estimate_for) {
   const double buffer = cfg.optimizer.offload_buffer_mb * 1e6;
-  if (cfg.checkpoint.async && estimate_for) {
+  // The estimate with the deck changed by `change`, where that fits the room.
+  const auto fits_with = [&](const std::function<void(Config&)>& change) -> std::optional<MemoryEstimate> {
+    if (!estimate_for) return std::nullopt;
     Config c = cfg;
-    c.checkpoint.async = false;
+    change(c);
     const MemoryEstimate d = estimate_for(c);
-    if (d.total() <= room)
+    if (d.total() > room) return std::nullopt;
+    return d;
+  };
+  if (cfg.checkpoint.async)
+    if (const auto d = fits_with([](Config& c) { c.checkpoint.async = false; }))
       return fmt::format("set checkpoint.async = false (about {:.1f} MB per rank then; an asynchronous save stages a "
                          "host copy of the rank's parameters and optimizer state, {:.1f} MB, while it writes)",
-                         d.total() / 1e6, e.checkpoint / 1e6);
-  }
+                         d->total() / 1e6, e.checkpoint / 1e6);
   // ZeRO 3's bucket gathered ahead of its use.
-  if (estimate_for && Sharding::gathers_ahead(cfg, cfg.parallel.data * cfg.parallel.spatial)) {
-    Config c = cfg;
-    c.parallel.zero_prefetch = false;
-    const MemoryEstimate d = estimate_for(c);
-    if (d.total() <= room)
+  if (Sharding::gathers_ahead(cfg, cfg.parallel.data * cfg.parallel.spatial))
+    if (const auto d = fits_with([](Config& c) { c.parallel.zero_prefetch = false; }))
       return fmt::format("set parallel.zero_prefetch = false (about {:.1f} MB per rank then; gathering the next "
                          "bucket while one computes holds one more, {:.1f} MB)",
-                         d.total() / 1e6, (e.total() - d.total()) / 1e6);
-  }
+                         d->total() / 1e6, (e.total() - d->total()) / 1e6);
   // A GPU build: the state in host memory takes it off the device (the staging stays in host memory too).
   if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible && cfg.optimizer.offload == OptimizerOffload::none &&
       e.optimizer > 0 && e.total() - e.optimizer <= room)
@@ -217,25 +220,28 @@ std::string memory_hint(const Config& cfg, const MemoryEstimate& e, double room,
     return fmt::format("set optimizer.offload = \"disk\" (about {:.1f} MB per rank then; the {:.1f} MB of optimizer "
                        "state per rank go to node-local disk under optimizer.offload_path)",
                        (e.total() - e.optimizer + buffer) / 1e6, e.optimizer / 1e6);
-  // The values on disk too: only the gradients, the activations and a few buckets stay.
-  if (estimate_for && !cfg.optimizer.offload_values && !cfg.comm.priority &&
-      Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
-    Config c = cfg;
-    c.optimizer.offload = OptimizerOffload::disk;
-    c.optimizer.offload_values = true;
-    c.parallel.zero = 3;
-    MemoryEstimate d = estimate_for(c);
+  // The values on disk too: only the gradients, the activations and a few buckets stay (and, where
+  // only that fits, no bucket gathered ahead).
+  if (!cfg.optimizer.offload_values && !cfg.comm.priority && Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+    const auto on_disk = [](Config& c) {
+      c.optimizer.offload = OptimizerOffload::disk;
+      c.optimizer.offload_values = true;
+      c.parallel.zero = 3;
+    };
     std::string also = cfg.parallel.zero == 3 ? "" : " and parallel.zero = 3";
-    if (d.total() > room && c.parallel.zero_prefetch) {  // and no bucket gathered ahead
-      c.parallel.zero_prefetch = false;
-      d = estimate_for(c);
+    auto d = fits_with(on_disk);
+    if (!d && cfg.parallel.zero_prefetch) {
+      d = fits_with([&](Config& c) {
+        on_disk(c);
+        c.parallel.zero_prefetch = false;
+      });
       also = cfg.parallel.zero == 3 ? " and parallel.zero_prefetch = false" : ", parallel.zero = 3 and parallel.zero_prefetch = false";
     }
-    if (d.total() <= room)
+    if (d)
       return fmt::format("set optimizer.offload = \"disk\", optimizer.offload_values = true{} (about {:.1f} MB per "
                          "rank then; the optimizer state and the parameter values, {:.1f} MB per rank, go to "
                          "node-local disk under optimizer.offload_path)",
-                         also, d.total() / 1e6, d.offload_disk / 1e6);
+                         also, d->total() / 1e6, d->offload_disk / 1e6);
   }
   const bool acts = e.activations >= e.parameters + e.gradients + e.optimizer;
   if (acts && cfg.model.kind == ModelKind::unet)

@@ -10,17 +10,24 @@
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/test_hooks.hpp"
+#include "io/checkpoint_file.hpp"
 #include "io/tensor_check.hpp"
 
 namespace tessera {
 
 namespace {
 
-// The checksum of each parameter's block in `values` (host), in parameter order.
-void block_sums(const nn::ParamStore<float>& store, const float* values, std::vector<std::uint64_t>& out) {
+// The checksum of each parameter's block, in parameter order: its elements read by `read(at, n,
+// out)` one parameter at a time into `buffer` (from memory, a device or an offload file alike,
+// never a whole copy).
+template <class Read>
+void block_sums(const nn::ParamStore<float>& store, const Read& read, io::FillBuffer& buffer,
+                std::vector<std::uint64_t>& out) {
   for (const auto& p : store.infos()) {
+    float* values = buffer.room(p.size);
+    read(p.offset, p.size, values);
     std::uint64_t sum = 0;
-    for (std::size_t k = 0; k < p.size; ++k) sum += io::element_checksum(k, values[p.offset + k]);
+    for (std::size_t k = 0; k < p.size; ++k) sum += io::element_checksum(k, values[k]);
     out.push_back(sum);
   }
 }
@@ -48,10 +55,11 @@ void check_replicas(const Config& cfg, const Communicator& comm, Model& model, c
   perturb_for_test(comm, model, step);
   const auto& store = model.params();
   std::vector<std::uint64_t> sums;
-  block_sums(store, Kokkos::create_mirror_view_and_copy(HostSpace(), store.values()).data(), sums);
+  io::FillBuffer buffer;
+  block_sums(store, [&](std::size_t at, std::size_t n, float* out) { sharding.copy_values(at, n, out); }, buffer, sums);
   if (!sharding.state_sharded())
     for (std::size_t i = 0; i < opt.state_names().size(); ++i)
-      block_sums(store, opt.host_state(i).data(), sums);
+      block_sums(store, [&](std::size_t at, std::size_t n, float* out) { opt.copy_state(i, at, n, out); }, buffer, sums);
 
   // Every rank of the replica group (data x spatial) sees every rank's sums; the first that differs
   // from rank 0's.

@@ -225,6 +225,10 @@ TEST(Training, ReplicaChecksPassAndCatchADivergedReplica) {
   EXPECT_EQ(max_relative_difference(train_losses(plain), train_losses(checked)), 0.0);
   EXPECT_NE(read_file(checked + "/log.txt").find("compare the checksums of their parameters and optimizer state"),
             std::string::npos);
+  // The state on disk: the check reads it a parameter at a time from the file, as a save does.
+  const std::string on_disk = fresh_dir("replicas_checked_disk");
+  ASSERT_EQ(tessera(2, train_args(on_disk, "--set train.check_replicas_every=5 --set optimizer.offload=disk")).exit_code, 0);
+  EXPECT_EQ(max_relative_difference(train_losses(plain), train_losses(on_disk)), 0.0);
   for (const char* zero : {"0", "1"}) {
     const std::string bad = fresh_dir(std::string("replicas_bad") + zero);
     const RunResult r = shell("TESSERA_TEST_PERTURB_REPLICA=10 " +
