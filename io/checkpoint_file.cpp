@@ -19,7 +19,6 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
-#include "core/memory.hpp"
 #include "core/test_hooks.hpp"
 #include "comm/agree.hpp"
 #include "io/h5.hpp"
@@ -42,24 +41,9 @@ std::uint64_t product(std::span<const std::uint64_t> values) {
 
 std::uint64_t TensorSlab::elements() const { return by_elements ? (last > first ? last - first : 0) : product(count); }
 
-FillBuffer::~FillBuffer() {
-  mem::count_external(mem::Category::param, -static_cast<std::int64_t>(data_.size() * sizeof(float)));
-}
-
-float* FillBuffer::room(std::size_t n) {
-  if (n > data_.size()) {
-    // The old buffer goes before the new one comes: never both at once.
-    mem::count_external(mem::Category::param, -static_cast<std::int64_t>(data_.size() * sizeof(float)));
-    std::vector<float>().swap(data_);
-    data_.resize(n);
-    mem::count_external(mem::Category::param, static_cast<std::int64_t>(n * sizeof(float)));
-  }
-  return data_.data();
-}
-
-TensorSlab materialized(const TensorSlab& t, FillBuffer& buffer) {
+TensorSlab materialized(const TensorSlab& t, CountedBuffer& buffer) {
   if (t.data != nullptr || !t.fill || t.elements() == 0) return t;
-  float* room = buffer.room(t.elements());
+  auto* room = static_cast<float*>(buffer.get(t.elements() * sizeof(float)));
   t.fill(room);
   TensorSlab copy = t;
   copy.data = room;
@@ -301,7 +285,7 @@ void write_content(MPI_Comm comm, const std::string& path, const CheckpointConte
   agree(comm, [&] { file = create_with_attributes(comm, path, content); });
   h5::PropList xfer = h5::collective_transfer();
   const std::size_t half = std::max<std::size_t>(1, content.tensors.size() / 2);
-  FillBuffer buffer;  // a slab with a fill: its elements, one tensor at a time
+  CountedBuffer buffer(mem::Category::param);  // a slab with a fill: its elements, one tensor at a time
   for (std::size_t i = 0; i < content.tensors.size(); ++i) {
     // Each tensor's elements once: the local reads (a slab with a fill) and this rank's part of
     // its checksum, agreed; the checksum summed over comm; then the write.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/counted_buffer.hpp"
 #include "io/attr.hpp"
 
 namespace tessera::io {
@@ -37,26 +38,10 @@ struct TensorSlab {
   std::uint64_t elements() const;
 };
 
-/// \brief Where a slab with a fill is read, one tensor at a time: as large as the largest read so
-/// far (exactly), and counted while it lives by the memory counters (src/core/memory.hpp: as
-/// parameters, whose values or optimizer state it holds), so that a save's transient shows in
-/// the run's peak.
-class FillBuffer {
- public:
-  FillBuffer() = default;
-  ~FillBuffer();
-  FillBuffer(const FillBuffer&) = delete;
-  FillBuffer& operator=(const FillBuffer&) = delete;
-  /// Room for n floats (the earlier contents are lost).
-  float* room(std::size_t n);
-
- private:
-  std::vector<float> data_;
-};
-
 /// \brief t itself, or where it has a fill and no data, a copy whose data is t's elements, read
-/// into `buffer` (which must outlive the copy's use).
-TensorSlab materialized(const TensorSlab& t, FillBuffer& buffer);
+/// into `buffer` (which must outlive the copy's use). Made with mem::Category::param, the buffer
+/// counts a save's transient (one tensor at a time, the largest's size) in the run's peak.
+TensorSlab materialized(const TensorSlab& t, CountedBuffer& buffer);
 
 /// Everything a checkpoint holds.
 struct CheckpointContent {

@@ -50,7 +50,7 @@ void for_each_run(const TensorSlab& slab,
 TensorCheck check_of(const TensorSlab& slab) {
   TensorCheck check;
   check.path = slab.path;
-  FillBuffer buffer;  // a slab with a fill: its elements
+  CountedBuffer buffer(mem::Category::param);  // a slab with a fill: its elements
   for_each_run(materialized(slab, buffer), [&](std::uint64_t base, const float* value, std::uint64_t n) {
     for (std::uint64_t j = 0; j < n; ++j) {
       check.sum += element_checksum(base + j, value[j]);

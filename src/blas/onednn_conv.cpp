@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "blas/counted_buffer.hpp"
+#include "core/counted_buffer.hpp"
 #include "blas/onednn_gemm.hpp"
 
 namespace tessera::blas::onednn {

@@ -15,7 +15,7 @@
 #include <unordered_map>
 
 #include "blas/cblas_gemm.hpp"
-#include "blas/counted_buffer.hpp"
+#include "core/counted_buffer.hpp"
 
 namespace tessera::blas::onednn {
 namespace {

@@ -147,7 +147,7 @@ MemoryEstimate estimate_memory(const Config& cfg, const ModelShape& shape, const
     // checkpoint.async: each save stages a host copy of the values and the optimizer state this
     // rank holds (Checkpointer::begin_save), wherever they live (memory, a device, the offload
     // files). A synchronous save reads them a tensor at a time into one host buffer
-    // (io::FillBuffer), the largest tensor's (a parameter's, or its piece of the shard).
+    // (io::materialized), the largest tensor's (a parameter's, or its piece of the shard).
     std::size_t largest_param = 0;
     for (const auto& info : store.infos()) largest_param = std::max(largest_param, info.size);
     const double copy = cfg.checkpoint.async

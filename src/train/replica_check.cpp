@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "comm/agree.hpp"
+#include "core/counted_buffer.hpp"
 #include "core/error.hpp"
 #include "core/test_hooks.hpp"
-#include "io/checkpoint_file.hpp"
 #include "io/tensor_check.hpp"
 
 namespace tessera {
@@ -21,10 +21,10 @@ namespace {
 // out)` one parameter at a time into `buffer` (from memory, a device or an offload file alike,
 // never a whole copy).
 template <class Read>
-void block_sums(const nn::ParamStore<float>& store, const Read& read, io::FillBuffer& buffer,
+void block_sums(const nn::ParamStore<float>& store, const Read& read, CountedBuffer& buffer,
                 std::vector<std::uint64_t>& out) {
   for (const auto& p : store.infos()) {
-    float* values = buffer.room(p.size);
+    auto* values = static_cast<float*>(buffer.get(p.size * sizeof(float)));
     read(p.offset, p.size, values);
     std::uint64_t sum = 0;
     for (std::size_t k = 0; k < p.size; ++k) sum += io::element_checksum(k, values[k]);
@@ -55,7 +55,7 @@ void check_replicas(const Config& cfg, const Communicator& comm, Model& model, c
   perturb_for_test(comm, model, step);
   const auto& store = model.params();
   std::vector<std::uint64_t> sums;
-  io::FillBuffer buffer;
+  CountedBuffer buffer(mem::Category::param);
   block_sums(store, [&](std::size_t at, std::size_t n, float* out) { sharding.copy_values(at, n, out); }, buffer, sums);
   if (!sharding.state_sharded())
     for (std::size_t i = 0; i < opt.state_names().size(); ++i)

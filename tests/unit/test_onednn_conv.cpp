@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "blas/conv_library.hpp"
-#include "blas/counted_buffer.hpp"
+#include "core/counted_buffer.hpp"
 #include "blas/gemm.hpp"
 #include "blas/onednn_conv.hpp"
 #include "core/memory.hpp"
@@ -213,7 +213,7 @@ TEST_F(OnednnConv, PrimitivesAreCachedAndBadShapesThrow) {
 TEST(CountedBuffer, GrowsOnlyAndIsCountedUnderLib) {
   const std::size_t before = mem::current(mem::Category::lib);
   {
-    blas::CountedBuffer b;
+    CountedBuffer b;
     EXPECT_EQ(b.get(0), nullptr);
     void* p = b.get(100);
     ASSERT_NE(p, nullptr);
